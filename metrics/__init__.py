@@ -1,0 +1,36 @@
+"""Exact, vectorized recommender-system metrics usable on their own (no Hydra, no MLflow).
+
+>>> import metrics
+>>> "ndcg" in metrics.list_metrics()
+True
+"""
+
+from __future__ import annotations
+
+from metrics import definitions as _definitions  # noqa: F401  (registers every metric)
+from metrics.evaluate import Evaluation, evaluate
+from metrics.gsb import GSB, gsb, gsb_from_labels
+from metrics.io import read_qrels, read_run, read_trec_qrels, read_trec_run
+from metrics.judged import Judged
+from metrics.options import PRESETS, Options, resolve_options
+from metrics.registry import MetricDef, MetricSpec, list_metrics, parse
+
+__all__ = [
+    "GSB",
+    "PRESETS",
+    "Evaluation",
+    "Judged",
+    "MetricDef",
+    "MetricSpec",
+    "Options",
+    "evaluate",
+    "gsb",
+    "gsb_from_labels",
+    "list_metrics",
+    "parse",
+    "read_qrels",
+    "read_run",
+    "read_trec_qrels",
+    "read_trec_run",
+    "resolve_options",
+]

@@ -1,0 +1,91 @@
+"""The registered metrics: one entry each, with the metadata the engines compute from."""
+
+from __future__ import annotations
+
+from metrics import beyond, ranking, rating, scores
+from metrics.registry import MetricDef, register
+
+_RANKING = [
+    ("precision", ranking.precision, "hits@k / k; micro: Σ hits / Σ |R_u@k|", ("p",)),
+    ("recall", ranking.recall, "hits@k / |T_u|; micro: Σ hits / Σ |T_u|", ()),
+    ("f1", ranking.f1, "2PR / (P + R), 0 when P + R = 0; micro from micro P and R", ()),
+    ("hit_rate", ranking.hit_rate, "1 if hits@k > 0 else 0", ("hr", "success")),
+    ("mrr", ranking.reciprocal_rank, "1 / rank of the first relevant item, 0 if none", ("rr",)),
+    ("arhr", ranking.arhr, "Σ over hits of 1 / rank", ()),
+    ("ap", ranking.average_precision, "Σ_{j<=k} P@j·rel(j) / D (D: ap_denominator)", ("map",)),
+    ("cg", ranking.cg, "Σ_{i<=k} g(rel_i)", ()),
+    ("dcg", ranking.dcg, "Σ_{i<=k} g(rel_i) / log2(i + 1)", ()),
+    ("idcg", ranking.idcg, "dcg@k of the ideal ordering of all test relevances", ()),
+    ("ndcg", ranking.ndcg, "dcg@k / idcg@k (0 when idcg = 0)", ()),
+]
+_UNBOUNDED = {"arhr", "cg", "dcg", "idcg"}
+
+for _name, _kernel, _text, _aliases in _RANKING:
+    register(
+        MetricDef(
+            _name, "ranking", _kernel, _text, bounded=_name not in _UNBOUNDED, aliases=_aliases
+        )
+    )
+register(
+    MetricDef(
+        "r_precision", "ranking", ranking.r_precision, "precision at rank |T_u| (trec_eval Rprec)",
+        cutoff="none", aliases=("rprec",),
+    )
+)
+for _name, _kernel, _text in [
+    ("num_ret", ranking.num_ret, "number of items in the list (cut at k); summed over users"),
+    ("num_rel", ranking.num_rel, "number of relevant test items |T_u|; summed over users"),
+    ("num_rel_ret", ranking.num_rel_ret, "relevant items retrieved (cut at k); summed over users"),
+]:
+    register(
+        MetricDef(
+            _name, "ranking", _kernel, _text, bounded=False, aggregation="sum",
+            needs_relevant=False,
+        )
+    )
+
+register(
+    MetricDef(
+        "auc", "score", scores.auc,
+        "per user P(score of relevant > score of irrelevant), ties 1/2; mean over users",
+        cutoff="none", needs_relevant=False,
+    )
+)
+register(
+    MetricDef(
+        "gauc", "score", scores.gauc,
+        "per-user AUC weighted by the user's number of scored candidates",
+        cutoff="none", aggregation="pooled", needs_relevant=False,
+    )
+)
+register(
+    MetricDef(
+        "global_auc", "score", scores.global_auc, "one AUC over all (user, item) pairs pooled",
+        cutoff="none", aggregation="pooled", needs_relevant=False,
+    )
+)
+for _name, _kernel, _text in [
+    ("rmse", rating.rmse, "sqrt(mean (predicted - true)^2) over pairs in both tables"),
+    ("mae", rating.mae, "mean |predicted - true| over pairs in both tables"),
+]:
+    register(
+        MetricDef(
+            _name, "rating", _kernel, _text, cutoff="none", higher_is_better=False,
+            bounded=False, aggregation="pooled", needs_relevant=False,
+        )
+    )
+for _name, _kernel, _text, _agg, _hib, _bounded in [
+    ("coverage", beyond.coverage, "distinct recommended items / catalog size", "pooled", True, True),
+    ("novelty", beyond.novelty, "mean -log2 of the items' training popularity share", "mean",
+     True, False),
+    ("gini", beyond.gini, "Gini coefficient of recommendation counts over the catalog", "pooled",
+     False, True),
+    ("popularity", beyond.popularity, "mean training interaction count of recommended items",
+     "mean", False, False),
+]:
+    register(
+        MetricDef(
+            _name, "run", _kernel, _text, higher_is_better=_hib, bounded=_bounded,
+            aggregation=_agg, needs_relevant=False,
+        )
+    )

@@ -1,0 +1,376 @@
+"""Turn (qrels, run) DataFrames into batches of judged top-k lists, without a loop over users.
+
+Preparation encodes ids once, groups run rows by user (free when the run is already grouped,
+as exports usually are), and sorts the truth once for lookups and ideal gains. Batches then
+pad a block of users into ``float[b, w]`` scores, select the top ``K`` with the tie rule and
+judge them by binary search into the sorted truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from metrics.judged import Judged, gain_of
+from metrics.options import Options
+from metrics.topk import PAD_KEY, top_k
+
+__all__ = ["Batch", "Prepared", "prepare", "validate_qrels", "validate_run"]
+
+QRELS_COLUMNS = ("user", "item", "relevance")
+RUN_COLUMNS = ("user", "item", "score")
+
+
+def _check_columns(df: pd.DataFrame, needed: tuple[str, ...], what: str) -> None:
+    if not isinstance(df, pd.DataFrame):
+        raise ValueError(f"{what} must be a pandas DataFrame (got {type(df).__name__})")
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        raise ValueError(
+            f"{what} is missing column {missing[0]!r}; it needs {list(needed)}, "
+            f"found {list(map(str, df.columns))}"
+        )
+    if len(df) == 0:
+        raise ValueError(f"{what} is empty: it needs at least one row")
+    for c in ("user", "item"):
+        nulls = df[c].isna().to_numpy()
+        if nulls.any():
+            row = int(np.flatnonzero(nulls)[0])
+            raise ValueError(f"{what} column {c!r} has a missing id at row {row}")
+
+
+def _check_finite(values: np.ndarray, df: pd.DataFrame, column: str, what: str) -> None:
+    bad = ~np.isfinite(values)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{what} column {column!r} must be finite numbers: {int(bad.sum())} bad value(s), "
+            f"first {values[row]!r} at row {row} (user {df['user'].iloc[row]!r}, "
+            f"item {df['item'].iloc[row]!r})"
+        )
+
+
+def _numeric(df: pd.DataFrame, column: str, what: str) -> np.ndarray:
+    try:
+        return df[column].to_numpy(dtype=np.float64, na_value=np.nan)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what} column {column!r} must be numeric ({err})") from None
+
+
+def validate_qrels(qrels: pd.DataFrame) -> np.ndarray:
+    """Check the truth table; return its relevance as float64."""
+    _check_columns(qrels, QRELS_COLUMNS, "qrels")
+    rel = _numeric(qrels, "relevance", "qrels")
+    _check_finite(rel, qrels, "relevance", "qrels")
+    return rel
+
+
+def validate_run(run: pd.DataFrame) -> np.ndarray:
+    """Check the run table; return its scores as float64."""
+    _check_columns(run, RUN_COLUMNS, "run")
+    score = _numeric(run, "score", "run")
+    _check_finite(score, run, "score", "run")
+    return score
+
+
+def _ids(series: pd.Series) -> np.ndarray:
+    """Ids as a numpy array: int64 for integer ids, else Python objects compared as strings."""
+    if pd.api.types.is_integer_dtype(series.dtype):
+        return series.to_numpy(dtype=np.int64)
+    if pd.api.types.is_bool_dtype(series.dtype) or pd.api.types.is_float_dtype(series.dtype):
+        raise ValueError(
+            f"ids in column {series.name!r} must be integers or strings (got dtype {series.dtype})"
+        )
+    return series.astype(str).to_numpy(dtype=object)
+
+
+def _same_kind(a: np.ndarray, b: np.ndarray, column: str) -> None:
+    if (a.dtype == object) != (b.dtype == object):
+        raise ValueError(
+            f"column {column!r} holds integers in one table and strings in the other "
+            f"(qrels {a.dtype}, run {b.dtype}); convert both to the same type"
+        )
+
+
+def _group_rows(users: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Group run rows by user: (row order or None if already grouped, group starts, group ids)."""
+    change = np.flatnonzero(users[1:] != users[:-1]) + 1
+    starts = np.concatenate(([0], change))
+    firsts = users[starts]
+    if len(pd.unique(firsts)) == len(firsts):
+        return None, np.append(starts, len(users)), firsts
+    codes, uniques = pd.factorize(users)
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes, minlength=len(uniques))
+    return order, np.concatenate(([0], np.cumsum(counts))), np.asarray(uniques)
+
+
+def _duplicates(key: np.ndarray) -> np.ndarray:
+    """Positions (in ``key``'s sorted order) of repeated keys; ``key`` must be sorted."""
+    return np.flatnonzero(key[1:] == key[:-1])
+
+
+@dataclass
+class Prepared:
+    """Encoded inputs shared by all batches."""
+
+    users: np.ndarray  # evaluated users, sorted
+    n_rel: np.ndarray  # int[U]
+    q_items: np.ndarray  # sorted unique item keys of the truth
+    q_keys: np.ndarray  # sorted user * len(q_items) + item position
+    q_rel: np.ndarray  # relevance aligned with q_keys
+    ideal_start: np.ndarray  # int[U + 1] CSR offsets into ideal_gain
+    ideal_gain: np.ndarray  # positive gains sorted by user, then descending
+    run_items: np.ndarray  # int64 item keys of run rows, grouped by user
+    run_scores: np.ndarray
+    group_start: np.ndarray  # int[G + 1]
+    group_user: np.ndarray  # int[G]: index into users, -1 when not evaluated
+    item_values: np.ndarray | None  # decoding of item keys (None: keys are the int ids)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def item_ids(self, keys: np.ndarray) -> np.ndarray:
+        """Original item ids of item keys."""
+        return keys if self.item_values is None else self.item_values[keys]
+
+
+def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepared:
+    """Validate, encode and index both tables once."""
+    rel = validate_qrels(qrels)
+    score = validate_run(run)
+    q_user, r_user = _ids(qrels["user"]), _ids(run["user"])
+    q_item, r_item = _ids(qrels["item"]), _ids(run["item"])
+    _same_kind(q_user, r_user, "user")
+    _same_kind(q_item, r_item, "item")
+
+    # Items: int ids are their own keys (order = numeric order); other ids get sorted codes.
+    item_values: np.ndarray | None = None
+    big = q_item.dtype != object and (
+        np.abs(q_item).max() >= PAD_KEY or np.abs(r_item).max() >= PAD_KEY
+    )
+    if q_item.dtype == object or big:
+        codes, item_values = pd.factorize(np.concatenate([q_item, r_item]), sort=True)
+        q_item, r_item = codes[: len(q_item)].astype(np.int64), codes[len(q_item) :].astype(np.int64)
+        item_values = np.asarray(item_values)
+
+    order, group_start, group_ids = _group_rows(r_user)
+    if order is not None:
+        r_item, score = r_item[order], score[order]
+
+    q_users = pd.unique(q_user)
+    if options.user_set == "truth":
+        users = np.sort(q_users)
+    else:
+        users = np.sort(np.intersect1d(q_users, group_ids))
+    index = pd.Index(users)
+    group_user = index.get_indexer(group_ids).astype(np.int64)
+    q_code = index.get_indexer(q_user).astype(np.int64)
+
+    keep = q_code >= 0
+    q_code, q_item, rel = q_code[keep], q_item[keep], rel[keep]
+    q_items = np.unique(q_item)
+    q_keys = q_code * len(q_items) + np.searchsorted(q_items, q_item)
+    by_key = np.argsort(q_keys, kind="stable")
+    q_keys, q_rel = q_keys[by_key], rel[by_key]
+    dup = _duplicates(q_keys)
+    if dup.size:
+        i = by_key[dup[0]]
+        raise ValueError(
+            f"qrels has {dup.size} duplicate (user, item) row(s); first: user "
+            f"{users[q_code[i]]!r}, item {_decode(item_values, q_item[i])!r}"
+        )
+
+    n_users = len(users)
+    n_rel = np.bincount(q_code, weights=rel >= options.relevance_threshold, minlength=n_users)
+    gains = gain_of(rel, options.gain)
+    positive = gains > 0
+    by_gain = np.lexsort((-gains[positive], q_code[positive]))
+    ideal_gain = gains[positive][by_gain]
+    ideal_counts = np.bincount(q_code[positive], minlength=n_users)
+
+    evaluated_groups = int((group_user >= 0).sum())
+    counts = {
+        "users": n_users,
+        "users_without_relevant": int((n_rel == 0).sum()),
+        "users_missing_from_run": n_users - evaluated_groups,
+        "truth_users_not_evaluated": len(q_users) - n_users,
+        "run_users_not_in_truth": len(group_ids) - evaluated_groups,
+    }
+    return Prepared(
+        users=users,
+        n_rel=n_rel.astype(np.int64),
+        q_items=q_items,
+        q_keys=q_keys,
+        q_rel=q_rel,
+        ideal_start=np.concatenate(([0], np.cumsum(ideal_counts))),
+        ideal_gain=ideal_gain,
+        run_items=r_item,
+        run_scores=score,
+        group_start=group_start,
+        group_user=group_user,
+        item_values=item_values,
+        counts=counts,
+    )
+
+
+def _decode(values: np.ndarray | None, key: int) -> object:
+    return key if values is None else values[key]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One block of users: their judged top-K lists plus what score metrics need."""
+
+    users: np.ndarray  # int[b] indices into Prepared.users
+    judged: Judged
+    top_items: np.ndarray  # int64[b, K] item keys (padding beyond judged.n_ret)
+    scores: np.ndarray | None = None  # float[b, w] all candidates (only when asked)
+    labels: np.ndarray | None = None  # float[b, w] relevance of all candidates, NaN if unjudged
+
+
+def _lookup(prep: Prepared, users: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """Relevance of (user, item) pairs; NaN where the truth has no row."""
+    nq = len(prep.q_items)
+    if nq == 0:
+        return np.full(items.shape, np.nan)
+    pos = np.minimum(np.searchsorted(prep.q_items, items), nq - 1)
+    found = prep.q_items[pos] == items
+    key = users.reshape(users.shape + (1,) * (items.ndim - users.ndim)) * nq + pos
+    at = np.minimum(np.searchsorted(prep.q_keys, key), len(prep.q_keys) - 1)
+    match = found & (prep.q_keys[at] == key)
+    return np.where(match, prep.q_rel[at], np.nan)
+
+
+def _ideal(prep: Prepared, users: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat (local user, rank, gain) of the batch users' ideal gains."""
+    start, stop = prep.ideal_start[users], prep.ideal_start[users + 1]
+    sizes = stop - start
+    local = np.repeat(np.arange(len(users), dtype=np.int64), sizes)
+    offsets = np.cumsum(sizes) - sizes
+    rank = np.arange(sizes.sum(), dtype=np.int64) - np.repeat(offsets, sizes)
+    return local, rank, prep.ideal_gain[np.repeat(start, sizes) + rank]
+
+
+def _pad(prep: Prepared, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scores ``float[b, w]`` (-inf padding), item keys ``int64[b, w]`` and lengths of groups."""
+    start = prep.group_start[groups]
+    length = prep.group_start[groups + 1] - start
+    w = int(length.max()) if len(length) else 0
+    contiguous = len(groups) and groups[-1] - groups[0] == len(groups) - 1
+    if contiguous and (length == w).all():
+        lo, hi = start[0], start[0] + w * len(groups)
+        return (
+            prep.run_scores[lo:hi].reshape(-1, w),
+            prep.run_items[lo:hi].reshape(-1, w),
+            length,
+        )
+    cols = np.arange(w)
+    valid = cols[None, :] < length[:, None]
+    rows = np.where(valid, start[:, None] + cols[None, :], 0)
+    scores = np.where(valid, prep.run_scores[rows], -np.inf)
+    items = np.where(valid, prep.run_items[rows], PAD_KEY + cols[None, :])
+    return scores, items, length
+
+
+def _tie_keys(items: np.ndarray, tie_break: str) -> np.ndarray:
+    if tie_break == "item_asc":
+        return items
+    if tie_break == "item_desc":
+        return -items
+    return np.broadcast_to(np.arange(items.shape[1], dtype=np.int64), items.shape)
+
+
+def _check_duplicates(prep: Prepared, users: np.ndarray, items: np.ndarray) -> None:
+    ordered = np.sort(items, axis=1)
+    dup = ordered[:, 1:] == ordered[:, :-1]
+    if dup.any():
+        row, col = np.argwhere(dup)[0]
+        raise ValueError(
+            f"run has duplicate (user, item) rows: user {prep.users[users[row]]!r}, item "
+            f"{_decode(prep.item_values, int(ordered[row, col]))!r} appears more than once"
+        )
+
+
+def _batches_of(prep: Prepared, budget: int) -> Iterator[np.ndarray]:
+    """Evaluated groups in blocks of about ``budget`` padded cells, by length class."""
+    groups = np.flatnonzero(prep.group_user >= 0)
+    length = np.diff(prep.group_start)[groups]
+    level = np.ceil(np.log2(np.maximum(length, 1))).astype(np.int64)
+    for lv in np.unique(level):
+        members = groups[level == lv]
+        per_batch = max(1, budget // int(np.diff(prep.group_start)[members].max()))
+        for lo in range(0, len(members), per_batch):
+            yield members[lo : lo + per_batch]
+
+
+def batches(
+    prep: Prepared,
+    options: Options,
+    *,
+    depth: int | None,
+    need_rprec: bool = False,
+    need_candidates: bool = False,
+    budget: int = 1 << 23,
+) -> Iterator[Batch]:
+    """Judged batches covering every evaluated user once (users with no list come last).
+
+    ``depth`` is the largest cutoff any metric needs (``None`` = whole list); ``need_rprec``
+    widens it to each user's ``|T_u|``; ``need_candidates`` also returns every scored candidate
+    with its relevance (for AUC and rating metrics).
+    """
+    thr = options.relevance_threshold
+    for groups in _batches_of(prep, budget):
+        users = prep.group_user[groups]
+        scores, items, length = _pad(prep, groups)
+        _check_duplicates(prep, users, items)
+        width = scores.shape[1]
+        k = width if depth is None else min(depth, width)
+        if need_rprec:
+            k = max(k, min(width, int(prep.n_rel[users].max())))
+        cols = top_k(scores, _tie_keys(items, options.tie_break), k)
+        top_items = np.take_along_axis(items, cols, axis=1)
+        n_ret = np.minimum(length, k)
+        valid = np.arange(k)[None, :] < n_ret[:, None]
+        rel = np.where(valid, np.nan_to_num(_lookup(prep, users, top_items), nan=0.0), 0.0)
+        labels = _lookup(prep, users, items) if need_candidates else None
+        yield Batch(
+            users=users,
+            judged=_judged(prep, users, rel, valid, n_ret, options),
+            top_items=top_items,
+            scores=scores if need_candidates else None,
+            labels=labels,
+        )
+    missing = np.setdiff1d(np.arange(len(prep.users)), prep.group_user[prep.group_user >= 0])
+    if missing.size:
+        empty = np.zeros((len(missing), 0))
+        yield Batch(
+            users=missing,
+            judged=_judged(
+                prep, missing, empty, empty.astype(bool), np.zeros(len(missing), np.int64), options
+            ),
+            top_items=np.zeros((len(missing), 0), np.int64),
+            scores=empty if need_candidates else None,
+            labels=empty if need_candidates else None,
+        )
+
+
+def _judged(
+    prep: Prepared,
+    users: np.ndarray,
+    rel: np.ndarray,
+    valid: np.ndarray,
+    n_ret: np.ndarray,
+    options: Options,
+) -> Judged:
+    local, rank, gain = _ideal(prep, users)
+    return Judged(
+        hits=valid & (rel >= options.relevance_threshold),
+        gains=np.where(valid, gain_of(rel, options.gain), 0.0),
+        n_ret=n_ret,
+        n_rel=prep.n_rel[users],
+        ideal_user=local,
+        ideal_rank=rank,
+        ideal_gain=gain,
+    )

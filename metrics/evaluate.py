@@ -1,0 +1,262 @@
+"""``evaluate``: every requested metric, per user and summarized, from (qrels, run) DataFrames."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from metrics import beyond, ranking, rating, scores
+from metrics.engine import Batch, Prepared, batches, prepare
+from metrics.options import Options, resolve_options
+from metrics.registry import MetricSpec, parse
+
+__all__ = ["Evaluation", "evaluate"]
+
+_MICRO = {"precision", "recall", "f1"}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Result of :func:`evaluate`.
+
+    ``summary`` maps each requested name to its value; ``per_user`` has one row per evaluated user
+    (index ``user``) and one column per requested name (NaN where a user's value is undefined or
+    the metric is whole-run only); ``options`` are the conventions used; ``counts`` says how many
+    users were left out or scored 0, and why.
+    """
+
+    summary: dict[str, float]
+    per_user: pd.DataFrame
+    options: dict[str, Any]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        lines = [f"{name:>20s}  {value:.6f}" for name, value in self.summary.items()]
+        return "Evaluation(\n" + "\n".join(lines) + f"\n  users={self.counts.get('users')})"
+
+
+def _specs(names: Iterable[str] | str) -> list[tuple[str, MetricSpec]]:
+    items = [names] if isinstance(names, str | MetricSpec) else list(names)
+    if not items:
+        raise ValueError("no metric requested: pass at least one name, e.g. ['ndcg@10']")
+    out: dict[str, MetricSpec] = {}
+    for name in items:
+        out[str(name)] = parse(name)
+    return list(out.items())
+
+
+def _depth(specs: list[MetricSpec]) -> int | None:
+    """Largest cutoff the judged lists must reach (None = whole list)."""
+    ks: list[int | None] = [
+        s.k for s in specs
+        if s.definition.kind in ("ranking", "run") and s.metric not in ("r_precision", "num_rel")
+    ]
+    if any(k is None for k in ks):
+        return None
+    return max((k for k in ks if k is not None), default=1)
+
+
+class _Accumulator:
+    """Per-user columns and pooled sums filled batch by batch."""
+
+    def __init__(self, prep: Prepared, specs: list[tuple[str, MetricSpec]], opts: Options):
+        n = len(prep.users)
+        self.prep, self.specs, self.opts = prep, specs, opts
+        self.values = {name: np.full(n, np.nan) for name, _ in specs}
+        self.hits: dict[int | None, np.ndarray] = {}
+        self.nret: dict[int | None, np.ndarray] = {}
+        self.candidates = np.zeros(n)
+        self.pooled_scores: list[np.ndarray] = []
+        self.pooled_relevant: list[np.ndarray] = []
+        self.errors = [np.zeros(n), np.zeros(n), np.zeros(n)]
+        self.top: dict[int | None, list[np.ndarray]] = {}
+
+    def add(self, batch: Batch, popularity: pd.Series | None) -> None:
+        j, users = batch.judged, batch.users
+        thr = self.opts.relevance_threshold
+        for name, spec in self.specs:
+            d = spec.definition
+            if d.kind == "ranking":
+                kw = {"denominator": self.opts.ap_denominator} if spec.metric == "ap" else {}
+                self.values[name][users] = d.kernel(j, k=spec.k, **kw)
+                if spec.metric in _MICRO:
+                    self.hits.setdefault(spec.k, np.zeros(len(self.prep.users)))[users] = (
+                        ranking.hits_at(j, k=spec.k)
+                    )
+                    self.nret.setdefault(spec.k, np.zeros(len(self.prep.users)))[users] = (
+                        ranking.num_ret(j, k=spec.k)
+                    )
+            elif d.kind == "run":
+                c = j.cut(spec.k)
+                valid = np.arange(c)[None, :] < j.n_ret[:, None]
+                top = batch.top_items[:, :c]
+                self.top.setdefault(spec.k, []).append(top[valid])
+                if spec.metric in ("novelty", "popularity") and popularity is not None:
+                    ids = self.prep.item_ids(top.ravel())
+                    count = popularity.reindex(ids, fill_value=0).to_numpy().reshape(top.shape)
+                    if spec.metric == "popularity":
+                        self.values[name][users] = beyond.popularity(count, valid)
+                    else:
+                        total = float(popularity.sum())
+                        share = np.maximum(count, 1) / total
+                        self.values[name][users] = beyond.novelty(share, valid)
+        if batch.scores is not None and batch.labels is not None:
+            cand = np.isfinite(batch.scores)
+            local = np.nonzero(cand)[0]
+            relevant = np.nan_to_num(batch.labels[cand], nan=0.0) >= thr
+            if any(s.definition.kind == "score" for _, s in self.specs):
+                per = scores.auc(local, batch.scores[cand], relevant, len(users))
+                for name, spec in self.specs:
+                    if spec.metric in ("auc", "gauc"):
+                        self.values[name][users] = per
+                self.candidates[users] = cand.sum(axis=1)
+                if any(s.metric == "global_auc" for _, s in self.specs):
+                    self.pooled_scores.append(batch.scores[cand])
+                    self.pooled_relevant.append(relevant)
+            judged = cand & np.isfinite(batch.labels)
+            rows = np.nonzero(judged)[0]
+            for total, part in zip(
+                self.errors,
+                rating.user_errors(rows, batch.labels[judged], batch.scores[judged], len(users)),
+                strict=True,
+            ):
+                total[users] += part
+
+
+def _catalog_size(catalog: Any, prep: Prepared, train: pd.DataFrame | None) -> int:
+    if catalog is None:
+        parts = [prep.item_ids(prep.q_items), prep.item_ids(np.unique(prep.run_items))]
+        if train is not None:
+            parts.append(train["item"].to_numpy())
+        return len(pd.unique(np.concatenate([np.asarray(p, dtype=object) for p in parts])))
+    if isinstance(catalog, int | np.integer):
+        return int(catalog)
+    return len(pd.unique(np.asarray(list(catalog), dtype=object)))
+
+
+def evaluate(
+    qrels: pd.DataFrame,
+    run: pd.DataFrame,
+    names: Iterable[str] | str,
+    *,
+    train: pd.DataFrame | None = None,
+    catalog: Any = None,
+    preset: str | None = None,
+    batch_cells: int = 1 << 23,
+    **options: Any,
+) -> Evaluation:
+    """Compute ``names`` (``"ndcg@10"``, ``"map"``, ``"auc"`` …) for ``run`` judged by ``qrels``.
+
+    ``qrels`` has columns ``user, item, relevance``; ``run`` has ``user, item, score`` (higher is
+    better). Options (``gain``, ``ap_denominator``, ``tie_break``, ``user_set``, ``empty_users``,
+    ``average``, ``relevance_threshold``) override ``preset``. ``train`` (``user, item``) gives the
+    item popularity that ``novelty`` and ``popularity`` need; ``catalog`` (a size or the item ids)
+    is the denominator of ``coverage`` and ``gini`` (default: every item seen in any table).
+
+    >>> qrels = pd.DataFrame({"user": [1, 1], "item": [10, 11], "relevance": [1, 1]})
+    >>> run = pd.DataFrame({"user": [1, 1, 1], "item": [12, 10, 11], "score": [0.9, 0.8, 0.1]})
+    >>> ev = evaluate(qrels, run, ["precision@2", "map", "ndcg@3"])
+    >>> round(ev.summary["precision@2"], 6), round(ev.summary["map"], 6)
+    (0.5, 0.583333)
+    """
+    opts = resolve_options(preset, **options)
+    if not isinstance(batch_cells, int) or batch_cells <= 0:
+        raise ValueError(f"'batch_cells' must be a positive int (got {batch_cells!r})")
+    named = _specs(names)
+    specs = [s for _, s in named]
+    prep = prepare(qrels, run, opts)
+    popularity = None
+    if any(s.metric in ("novelty", "popularity") for s in specs):
+        if train is None or "item" not in getattr(train, "columns", []):
+            bad = next(n for n, s in named if s.metric in ("novelty", "popularity"))
+            raise ValueError(
+                f"metric {bad!r} needs train= (a DataFrame with an 'item' column) for item popularity"
+            )
+        popularity = train["item"].value_counts()
+    acc = _Accumulator(prep, named, opts)
+    need_candidates = any(s.definition.kind in ("score", "rating") for s in specs)
+    for batch in batches(
+        prep,
+        opts,
+        depth=_depth(specs),
+        need_rprec=any(s.metric == "r_precision" for s in specs),
+        need_candidates=need_candidates,
+        budget=batch_cells,
+    ):
+        acc.add(batch, popularity)
+    return _finish(acc, named, prep, opts, train, catalog)
+
+
+def _finish(
+    acc: _Accumulator,
+    named: list[tuple[str, MetricSpec]],
+    prep: Prepared,
+    opts: Options,
+    train: pd.DataFrame | None,
+    catalog: Any,
+) -> Evaluation:
+    counts = dict(prep.counts)
+    empty = prep.n_rel == 0
+    included = ~empty if opts.empty_users == "skip" else np.ones(len(empty), bool)
+    summary: dict[str, float] = {}
+    for name, spec in named:
+        d, values = spec.definition, acc.values[name]
+        if d.kind == "ranking" and d.needs_relevant:
+            values[~included] = np.nan
+        if d.kind == "ranking" and opts.average == "micro" and spec.metric in _MICRO:
+            hits = acc.hits[spec.k][included].sum()
+            p = hits / max(acc.nret[spec.k][included].sum(), 1)
+            r = hits / max(prep.n_rel[included].sum(), 1)
+            pooled = {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
+            summary[name] = float(pooled[spec.metric])
+        elif d.aggregation == "sum":
+            summary[name] = float(np.nansum(values))
+        elif d.kind == "score":
+            counts["auc_undefined_users"] = int(np.isnan(values).sum())
+            if spec.metric == "auc":
+                summary[name] = _mean(values)
+            elif spec.metric == "gauc":
+                summary[name] = scores.gauc(values, acc.candidates)
+            else:
+                summary[name] = scores.global_auc(
+                    np.concatenate(acc.pooled_scores), np.concatenate(acc.pooled_relevant)
+                )
+                values[:] = np.nan
+        elif d.kind == "rating":
+            sse, sae, n = acc.errors
+            counts["rating_pairs"] = int(n.sum())
+            per = np.sqrt(sse / n) if spec.metric == "rmse" else sae / n
+            with np.errstate(invalid="ignore", divide="ignore"):
+                values[:] = np.where(n > 0, per, np.nan)
+            total = sse.sum() if spec.metric == "rmse" else sae.sum()
+            pooled_err = np.sqrt(total / n.sum()) if spec.metric == "rmse" else total / n.sum()
+            summary[name] = float(pooled_err) if n.sum() else float("nan")
+        elif d.kind == "run" and d.aggregation == "pooled":
+            top = np.concatenate(acc.top.get(spec.k, [np.zeros(0, np.int64)]))
+            size = _catalog_size(catalog, prep, train)
+            distinct, freq = np.unique(top, return_counts=True)
+            if len(distinct) > size:
+                raise ValueError(
+                    f"'catalog' has {size} items but the run recommends {len(distinct)} "
+                    "distinct items; pass the full catalog"
+                )
+            if spec.metric == "coverage":
+                summary[name] = beyond.coverage(top, size)
+            else:
+                summary[name] = beyond.gini(np.concatenate([freq, np.zeros(size - len(freq))]))
+        else:
+            summary[name] = _mean(values)
+    per_user = pd.DataFrame(
+        {name: acc.values[name] for name, _ in named},
+        index=pd.Index(prep.users, name="user"),
+    )
+    return Evaluation(summary, per_user, opts.as_dict(), counts)
+
+
+def _mean(values: np.ndarray) -> float:
+    ok = ~np.isnan(values)
+    return float(values[ok].mean()) if ok.any() else float("nan")

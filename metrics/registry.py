@@ -1,0 +1,134 @@
+"""One registry of metric definitions and one grammar for metric names (``ndcg@10``, ``map``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MetricDef", "MetricSpec", "get", "list_metrics", "parse", "register"]
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """What a metric is, apart from how an engine computes it.
+
+    ``kind``: ``ranking`` (judged top-k lists), ``score`` (all scored candidates), ``rating``
+    (predicted vs true ratings) or ``run`` (whole-run, beyond accuracy).
+    ``cutoff``: ``optional`` (no ``@k`` = whole list), ``required`` or ``none``.
+    ``aggregation``: ``mean`` over users, ``sum`` over users, or ``pooled`` (computed once over
+    every pair or the whole run). ``needs_relevant``: undefined for a user with no relevant item,
+    so the ``empty_users`` policy applies.
+    """
+
+    name: str
+    kind: str
+    kernel: Callable[..., Any]
+    description: str
+    cutoff: str = "optional"
+    higher_is_better: bool = True
+    bounded: bool = True
+    aggregation: str = "mean"
+    needs_relevant: bool = True
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, order=True)
+class MetricSpec:
+    """A parsed metric name: canonical metric and cutoff; ``str(spec)`` parses back to it."""
+
+    metric: str
+    k: int | None = None
+
+    def __str__(self) -> str:
+        return self.metric if self.k is None else f"{self.metric}@{self.k}"
+
+    @property
+    def definition(self) -> MetricDef:
+        """The registered definition."""
+        return _REGISTRY[self.metric]
+
+
+_REGISTRY: dict[str, MetricDef] = {}
+_ALIASES: dict[str, str] = {}
+
+# trec_eval measure names, accepted as input and mapped to ours (P_5 -> precision@5).
+_TREC_NAMES = {
+    "P": "precision",
+    "recall": "recall",
+    "ndcg_cut": "ndcg",
+    "map_cut": "ap",
+    "success": "hit_rate",
+}
+_TREC_PLAIN = {"recip_rank": "mrr", "Rprec": "r_precision"}
+_GRAMMAR = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*?)\s*(?:@\s*(\S+))?\s*$")
+
+
+def register(definition: MetricDef) -> MetricDef:
+    """Add a metric; registering a name or alias twice raises ``ValueError``."""
+    for name in (definition.name, *definition.aliases):
+        if name in _REGISTRY or name in _ALIASES:
+            raise ValueError(f"metric name {name!r} is already registered")
+    _REGISTRY[definition.name] = definition
+    _ALIASES.update(dict.fromkeys(definition.aliases, definition.name))
+    return definition
+
+
+def get(name: str) -> MetricDef:
+    """The definition of a canonical name or alias."""
+    return _REGISTRY[_ALIASES.get(name, name)]
+
+
+def list_metrics() -> list[str]:
+    """Registered metric names (canonical names first, then aliases), generated from the registry.
+
+    >>> "ndcg" in list_metrics() and "map" in list_metrics()
+    True
+    """
+    return sorted(_REGISTRY) + sorted(_ALIASES)
+
+
+def _unknown(name: str) -> ValueError:
+    return ValueError(
+        f"unknown metric {name!r}; known metrics: {', '.join(list_metrics())} "
+        "(append @k for a cutoff, e.g. ndcg@10; trec_eval names such as P_5 also work)"
+    )
+
+
+def parse(name: str | MetricSpec) -> MetricSpec:
+    """Parse ``ndcg@10``, ``map``, ``recall@20``, ``hr@5`` or a trec_eval name (``P_5``).
+
+    >>> parse("ndcg@10")
+    MetricSpec(metric='ndcg', k=10)
+    >>> str(parse("map@5")), str(parse("P_10")), str(parse("recip_rank"))
+    ('ap@5', 'precision@10', 'mrr')
+    """
+    if isinstance(name, MetricSpec):
+        return name
+    if not isinstance(name, str):
+        raise ValueError(f"metric name must be a string (got {name!r})")
+    if name in _TREC_PLAIN:
+        return MetricSpec(_TREC_PLAIN[name])
+    trec = re.fullmatch(r"(P|recall|ndcg_cut|map_cut|success)_(\d+)", name.strip())
+    if trec:
+        base, k_text = _TREC_NAMES[trec.group(1)], trec.group(2)
+    else:
+        m = _GRAMMAR.match(name)
+        if not m:
+            raise _unknown(name)
+        base, k_text = m.group(1), m.group(2)
+    canonical = _ALIASES.get(base, base)
+    if canonical not in _REGISTRY:
+        raise _unknown(name)
+    definition = _REGISTRY[canonical]
+    k: int | None = None
+    if k_text is not None:
+        if not re.fullmatch(r"\d+", k_text) or int(k_text) <= 0:
+            raise ValueError(f"'k' in {name!r} must be a positive int (got {k_text!r})")
+        k = int(k_text)
+        if definition.cutoff == "none":
+            raise ValueError(f"metric {canonical!r} takes no cutoff (got {name!r})")
+    elif definition.cutoff == "required":
+        raise ValueError(f"metric {canonical!r} needs a cutoff, e.g. {canonical}@10 (got {name!r})")
+    return MetricSpec(canonical, k)

@@ -1,0 +1,44 @@
+"""Deterministic top-k selection over a padded score matrix, with an explicit tie rule."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["PAD_KEY", "top_k"]
+
+#: Tie keys at and above this value mark padding; real keys must stay below it.
+PAD_KEY = np.int64(1) << np.int64(62)
+
+
+def top_k(scores: np.ndarray, ties: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of each row's ``k`` best entries, best first.
+
+    Order: score descending, then tie key ascending. ``scores`` is ``float[b, w]`` padded with
+    ``-inf``; ``ties`` is ``int64[b, w]``, distinct within a row (padding too). Selection uses
+    ``np.partition`` for the k-th largest score, so only rows with ties at that boundary pay for
+    a sort of their tie keys; the chosen ``k`` are then ordered with one small lexsort.
+
+    >>> s = np.array([[0.1, 0.9, 0.5, 0.9]])
+    >>> top_k(s, np.array([[3, 2, 1, 0]]), 2).tolist()   # tie at 0.9 → smaller key first
+    [[3, 1]]
+    """
+    b, w = scores.shape
+    if k >= w:
+        return np.lexsort((ties, -scores), axis=1)
+    kth = np.partition(scores, w - k, axis=1)[:, w - k]
+    greater = scores > kth[:, None]
+    equal = scores == kth[:, None]
+    slots = k - greater.sum(axis=1)
+    crowded = np.flatnonzero(equal.sum(axis=1) > slots)
+    chosen = greater | equal
+    if crowded.size:
+        tied = np.where(equal[crowded], ties[crowded], np.iinfo(np.int64).max)
+        tied.sort(axis=1)
+        last = np.take_along_axis(tied, (slots[crowded] - 1)[:, None], axis=1)
+        chosen[crowded] = greater[crowded] | (equal[crowded] & (ties[crowded] <= last))
+    cols = np.nonzero(chosen)[1].reshape(b, k)
+    order = np.lexsort(
+        (np.take_along_axis(ties, cols, axis=1), -np.take_along_axis(scores, cols, axis=1)),
+        axis=1,
+    )
+    return np.take_along_axis(cols, order, axis=1)
