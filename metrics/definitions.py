@@ -28,8 +28,12 @@ for _name, _kernel, _text, _aliases in _RANKING:
     )
 register(
     MetricDef(
-        "r_precision", "ranking", ranking.r_precision, "precision at rank |T_u| (trec_eval Rprec)",
-        cutoff="none", aliases=("rprec",),
+        "r_precision",
+        "ranking",
+        ranking.r_precision,
+        "precision at rank |T_u| (trec_eval Rprec)",
+        cutoff="none",
+        aliases=("rprec",),
     )
 )
 for _name, _kernel, _text in [
@@ -39,29 +43,46 @@ for _name, _kernel, _text in [
 ]:
     register(
         MetricDef(
-            _name, "ranking", _kernel, _text, bounded=False, aggregation="sum",
+            _name,
+            "ranking",
+            _kernel,
+            _text,
+            bounded=False,
+            aggregation="sum",
             needs_relevant=False,
         )
     )
 
 register(
     MetricDef(
-        "auc", "score", scores.auc,
+        "auc",
+        "score",
+        scores.auc,
         "per user P(score of relevant > score of irrelevant), ties 1/2; mean over users",
-        cutoff="none", needs_relevant=False,
+        cutoff="none",
+        needs_relevant=False,
     )
 )
 register(
     MetricDef(
-        "gauc", "score", scores.gauc,
+        "gauc",
+        "score",
+        scores.gauc,
         "per-user AUC weighted by the user's number of scored candidates",
-        cutoff="none", aggregation="pooled", needs_relevant=False,
+        cutoff="none",
+        aggregation="pooled",
+        needs_relevant=False,
     )
 )
 register(
     MetricDef(
-        "global_auc", "score", scores.global_auc, "one AUC over all (user, item) pairs pooled",
-        cutoff="none", aggregation="pooled", needs_relevant=False,
+        "global_auc",
+        "score",
+        scores.global_auc,
+        "one AUC over all (user, item) pairs pooled",
+        cutoff="none",
+        aggregation="pooled",
+        needs_relevant=False,
     )
 )
 for _name, _kernel, _text in [
@@ -70,22 +91,60 @@ for _name, _kernel, _text in [
 ]:
     register(
         MetricDef(
-            _name, "rating", _kernel, _text, cutoff="none", higher_is_better=False,
-            bounded=False, aggregation="pooled", needs_relevant=False,
+            _name,
+            "rating",
+            _kernel,
+            _text,
+            cutoff="none",
+            higher_is_better=False,
+            bounded=False,
+            aggregation="pooled",
+            needs_relevant=False,
         )
     )
 for _name, _kernel, _text, _agg, _hib, _bounded in [
-    ("coverage", beyond.coverage, "distinct recommended items / catalog size", "pooled", True, True),
-    ("novelty", beyond.novelty, "mean -log2 of the items' training popularity share", "mean",
-     True, False),
-    ("gini", beyond.gini, "Gini coefficient of recommendation counts over the catalog", "pooled",
-     False, True),
-    ("popularity", beyond.popularity, "mean training interaction count of recommended items",
-     "mean", False, False),
+    (
+        "coverage",
+        beyond.coverage,
+        "distinct recommended items / catalog size",
+        "pooled",
+        True,
+        True,
+    ),
+    (
+        "novelty",
+        beyond.novelty,
+        "mean -log2 of the items' training popularity share",
+        "mean",
+        True,
+        False,
+    ),
+    (
+        "gini",
+        beyond.gini,
+        "Gini coefficient of recommendation counts over the catalog",
+        "pooled",
+        False,
+        True,
+    ),
+    (
+        "popularity",
+        beyond.popularity,
+        "mean training interaction count of recommended items",
+        "mean",
+        False,
+        False,
+    ),
 ]:
     register(
         MetricDef(
-            _name, "run", _kernel, _text, higher_is_better=_hib, bounded=_bounded,
-            aggregation=_agg, needs_relevant=False,
+            _name,
+            "run",
+            _kernel,
+            _text,
+            higher_is_better=_hib,
+            bounded=_bounded,
+            aggregation=_agg,
+            needs_relevant=False,
         )
     )

@@ -36,6 +36,8 @@ def _check_columns(df: pd.DataFrame, needed: tuple[str, ...], what: str) -> None
     if len(df) == 0:
         raise ValueError(f"{what} is empty: it needs at least one row")
     for c in ("user", "item"):
+        if isinstance(df[c].dtype, np.dtype) and df[c].dtype.kind in "iu":
+            continue  # numpy integers cannot be missing
         nulls = df[c].isna().to_numpy()
         if nulls.any():
             row = int(np.flatnonzero(nulls)[0])
@@ -119,8 +121,9 @@ class Prepared:
 
     users: np.ndarray  # evaluated users, sorted
     n_rel: np.ndarray  # int[U]
-    q_items: np.ndarray  # sorted unique item keys of the truth
-    q_keys: np.ndarray  # sorted user * len(q_items) + item position
+    span: int  # item keys lie in [item_offset, item_offset + span)
+    item_offset: int
+    q_keys: np.ndarray  # sorted user * span + (item key - item_offset)
     q_rel: np.ndarray  # relevance aligned with q_keys
     ideal_start: np.ndarray  # int[U + 1] CSR offsets into ideal_gain
     ideal_gain: np.ndarray  # positive gains sorted by user, then descending
@@ -145,15 +148,21 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
     _same_kind(q_user, r_user, "user")
     _same_kind(q_item, r_item, "item")
 
-    # Items: int ids are their own keys (order = numeric order); other ids get sorted codes.
+    # Items: int ids shifted to start at 0 are their own keys (order = numeric order); other ids,
+    # or int ids spread too wide to combine with a user index, get sorted dense codes.
     item_values: np.ndarray | None = None
-    big = q_item.dtype != object and (
-        np.abs(q_item).max() >= PAD_KEY or np.abs(r_item).max() >= PAD_KEY
-    )
-    if q_item.dtype == object or big:
-        codes, item_values = pd.factorize(np.concatenate([q_item, r_item]), sort=True)
-        q_item, r_item = codes[: len(q_item)].astype(np.int64), codes[len(q_item) :].astype(np.int64)
-        item_values = np.asarray(item_values)
+    offset = 0
+    if q_item.dtype != object:
+        offset = int(min(q_item.min(), r_item.min()))
+        span = int(max(q_item.max(), r_item.max())) - offset + 1
+        wide = max(abs(offset), abs(offset + span)) >= PAD_KEY
+    if q_item.dtype == object or wide or span * max(len(q_user), 1) >= PAD_KEY:
+        codes, values = pd.factorize(np.concatenate([q_item, r_item]), sort=True)
+        q_item, r_item = (
+            codes[: len(q_item)].astype(np.int64),
+            codes[len(q_item) :].astype(np.int64),
+        )
+        item_values, offset, span = np.asarray(values), 0, len(values)
 
     order, group_start, group_ids = _group_rows(r_user)
     if order is not None:
@@ -170,8 +179,7 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
 
     keep = q_code >= 0
     q_code, q_item, rel = q_code[keep], q_item[keep], rel[keep]
-    q_items = np.unique(q_item)
-    q_keys = q_code * len(q_items) + np.searchsorted(q_items, q_item)
+    q_keys = q_code * span + (q_item - offset)
     by_key = np.argsort(q_keys, kind="stable")
     q_keys, q_rel = q_keys[by_key], rel[by_key]
     dup = _duplicates(q_keys)
@@ -201,7 +209,8 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
     return Prepared(
         users=users,
         n_rel=n_rel.astype(np.int64),
-        q_items=q_items,
+        span=span,
+        item_offset=offset,
         q_keys=q_keys,
         q_rel=q_rel,
         ideal_start=np.concatenate(([0], np.cumsum(ideal_counts))),
@@ -231,16 +240,15 @@ class Batch:
 
 
 def _lookup(prep: Prepared, users: np.ndarray, items: np.ndarray) -> np.ndarray:
-    """Relevance of (user, item) pairs; NaN where the truth has no row."""
-    nq = len(prep.q_items)
-    if nq == 0:
+    """Relevance of (user, item) pairs (``users`` broadcast over rows); NaN where unjudged."""
+    if len(prep.q_keys) == 0:
         return np.full(items.shape, np.nan)
-    pos = np.minimum(np.searchsorted(prep.q_items, items), nq - 1)
-    found = prep.q_items[pos] == items
-    key = users.reshape(users.shape + (1,) * (items.ndim - users.ndim)) * nq + pos
+    # Padding keys overflow to garbage here; callers mask padding out.
+    key = users.reshape(users.shape + (1,) * (items.ndim - users.ndim)) * prep.span + (
+        items - prep.item_offset
+    )
     at = np.minimum(np.searchsorted(prep.q_keys, key), len(prep.q_keys) - 1)
-    match = found & (prep.q_keys[at] == key)
-    return np.where(match, prep.q_rel[at], np.nan)
+    return np.where(prep.q_keys[at] == key, prep.q_rel[at], np.nan)
 
 
 def _ideal(prep: Prepared, users: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -282,14 +290,25 @@ def _tie_keys(items: np.ndarray, tie_break: str) -> np.ndarray:
     return np.broadcast_to(np.arange(items.shape[1], dtype=np.int64), items.shape)
 
 
-def _check_duplicates(prep: Prepared, users: np.ndarray, items: np.ndarray) -> None:
-    ordered = np.sort(items, axis=1)
+def _check_duplicates(
+    prep: Prepared, users: np.ndarray, items: np.ndarray, length: np.ndarray
+) -> None:
+    """Raise if a user's list holds an item twice (one row sort; 32-bit keys when they fit)."""
+    w = items.shape[1]
+    keys = items - prep.item_offset
+    if prep.span + w < 1 << 32:
+        keys = keys.astype(np.uint32)
+        if (length < w).any():
+            cols = np.arange(w, dtype=np.uint32)
+            keys = np.where(cols[None, :] < length[:, None], keys, np.uint32(prep.span) + cols)
+    ordered = np.sort(keys, axis=1)
     dup = ordered[:, 1:] == ordered[:, :-1]
     if dup.any():
         row, col = np.argwhere(dup)[0]
+        item = int(ordered[row, col]) + prep.item_offset
         raise ValueError(
             f"run has duplicate (user, item) rows: user {prep.users[users[row]]!r}, item "
-            f"{_decode(prep.item_values, int(ordered[row, col]))!r} appears more than once"
+            f"{_decode(prep.item_values, item)!r} appears more than once"
         )
 
 
@@ -320,11 +339,10 @@ def batches(
     widens it to each user's ``|T_u|``; ``need_candidates`` also returns every scored candidate
     with its relevance (for AUC and rating metrics).
     """
-    thr = options.relevance_threshold
     for groups in _batches_of(prep, budget):
         users = prep.group_user[groups]
         scores, items, length = _pad(prep, groups)
-        _check_duplicates(prep, users, items)
+        _check_duplicates(prep, users, items, length)
         width = scores.shape[1]
         k = width if depth is None else min(depth, width)
         if need_rprec:
@@ -342,7 +360,9 @@ def batches(
             scores=scores if need_candidates else None,
             labels=labels,
         )
-    missing = np.setdiff1d(np.arange(len(prep.users)), prep.group_user[prep.group_user >= 0])
+    listed = np.zeros(len(prep.users), dtype=bool)
+    listed[prep.group_user[prep.group_user >= 0]] = True
+    missing = np.flatnonzero(~listed)
     if missing.size:
         empty = np.zeros((len(missing), 0))
         yield Batch(

@@ -52,7 +52,8 @@ def _specs(names: Iterable[str] | str) -> list[tuple[str, MetricSpec]]:
 def _depth(specs: list[MetricSpec]) -> int | None:
     """Largest cutoff the judged lists must reach (None = whole list)."""
     ks: list[int | None] = [
-        s.k for s in specs
+        s.k
+        for s in specs
         if s.definition.kind in ("ranking", "run") and s.metric not in ("r_precision", "num_rel")
     ]
     if any(k is None for k in ks):
@@ -129,7 +130,9 @@ class _Accumulator:
 
 def _catalog_size(catalog: Any, prep: Prepared, train: pd.DataFrame | None) -> int:
     if catalog is None:
-        parts = [prep.item_ids(prep.q_items), prep.item_ids(np.unique(prep.run_items))]
+        truth_keys = prep.q_keys % prep.span + prep.item_offset
+        keys = np.concatenate([np.unique(truth_keys), np.unique(prep.run_items)])
+        parts = [prep.item_ids(keys)]
         if train is not None:
             parts.append(train["item"].to_numpy())
         return len(pd.unique(np.concatenate([np.asarray(p, dtype=object) for p in parts])))

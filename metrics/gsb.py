@@ -57,7 +57,9 @@ def _aligned(a: object, b: object) -> tuple[np.ndarray, np.ndarray]:
     va = np.asarray(a, dtype=np.float64)
     vb = np.asarray(b, dtype=np.float64)
     if va.shape != vb.shape or va.ndim != 1:
-        raise ValueError(f"per-unit vectors must be 1-D of equal length (got {va.shape}, {vb.shape})")
+        raise ValueError(
+            f"per-unit vectors must be 1-D of equal length (got {va.shape}, {vb.shape})"
+        )
     return va, vb
 
 

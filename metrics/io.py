@@ -57,8 +57,9 @@ def read_trec_run(path: str | Path) -> pd.DataFrame:
     users, items, scores = [], [], []
     for number, fields in _lines(path):
         if len(fields) < 6:
-            raise _bad_line(path, number, "a run line needs 6 fields: query Q0 doc rank score tag",
-                            fields)
+            raise _bad_line(
+                path, number, "a run line needs 6 fields: query Q0 doc rank score tag", fields
+            )
         try:
             scores.append(float(fields[4]))
         except ValueError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -42,6 +43,18 @@ class Judged:
     def width(self) -> int:
         """Judged list width ``K``."""
         return int(self.hits.shape[1])
+
+    @cached_property
+    def cum_hits(self) -> np.ndarray:
+        """``cum_hits[u, j]`` = hits in the top ``j + 1``; computed once, shared by all cutoffs."""
+        return np.cumsum(self.hits, axis=1, dtype=np.int32)
+
+    def hits_at(self, k: int | None) -> np.ndarray:
+        """Hits in the top ``k`` as float64."""
+        c = self.cut(k)
+        if c == 0:
+            return np.zeros(self.n_users)
+        return self.cum_hits[:, c - 1].astype(np.float64)
 
     def cut(self, k: int | None) -> int:
         """Effective column count for cutoff ``k`` (``None`` = whole list)."""

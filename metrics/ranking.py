@@ -41,7 +41,7 @@ def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 def hits_at(j: Judged, *, k: int | None) -> np.ndarray:
     """Number of relevant items in the top ``k``: ``|R_u@k ∩ T_u|``."""
-    return j.hits[:, : j.cut(k)].sum(axis=1).astype(np.float64)
+    return j.hits_at(k)
 
 
 def num_ret(j: Judged, *, k: int | None = None) -> np.ndarray:
@@ -112,7 +112,9 @@ def arhr(j: Judged, *, k: int | None) -> np.ndarray:
     return j.hits[:, :c] @ (1.0 / np.arange(1, c + 1))
 
 
-def average_precision(j: Judged, *, k: int | None, denominator: str = "min_k_relevant") -> np.ndarray:
+def average_precision(
+    j: Judged, *, k: int | None, denominator: str = "min_k_relevant"
+) -> np.ndarray:
     """``Σ_{i<=k} P@i · rel(i) / D`` with ``D`` = ``|T_u|`` (``relevant``), ``min(k, |T_u|)``
     (``min_k_relevant``) or the number of hits in the list (``hits``); 0 when there is no hit.
 
@@ -122,12 +124,12 @@ def average_precision(j: Judged, *, k: int | None, denominator: str = "min_k_rel
     """
     c = j.cut(k)
     h = j.hits[:, :c]
-    prec_at = np.cumsum(h, axis=1) / np.arange(1, c + 1)
-    num = (prec_at * h).sum(axis=1)
+    prec_at = j.cum_hits[:, :c] / np.arange(1, c + 1)
+    num = np.where(h, prec_at, 0.0).sum(axis=1)
     if denominator == "relevant":
         den = j.n_rel
     elif denominator == "hits":
-        den = h.sum(axis=1)
+        den = j.hits_at(k)
     elif denominator == "min_k_relevant":
         den = j.n_rel if k is None else np.minimum(j.n_rel, k)
     else:

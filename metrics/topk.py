@@ -36,9 +36,14 @@ def top_k(scores: np.ndarray, ties: np.ndarray, k: int) -> np.ndarray:
         tied.sort(axis=1)
         last = np.take_along_axis(tied, (slots[crowded] - 1)[:, None], axis=1)
         chosen[crowded] = greater[crowded] | (equal[crowded] & (ties[crowded] <= last))
-    cols = np.nonzero(chosen)[1].reshape(b, k)
-    order = np.lexsort(
-        (np.take_along_axis(ties, cols, axis=1), -np.take_along_axis(scores, cols, axis=1)),
-        axis=1,
-    )
-    return np.take_along_axis(cols, order, axis=1)
+    cols = (np.flatnonzero(chosen) % w).reshape(b, k)
+    neg = -np.take_along_axis(scores, cols, axis=1)
+    order = np.argsort(neg, axis=1)
+    cols = np.take_along_axis(cols, order, axis=1)
+    neg = np.take_along_axis(neg, order, axis=1)
+    tied = np.flatnonzero((neg[:, 1:] == neg[:, :-1]).any(axis=1))
+    if tied.size:
+        sub = cols[tied]
+        redo = np.lexsort((np.take_along_axis(ties[tied], sub, axis=1), neg[tied]), axis=1)
+        cols[tied] = np.take_along_axis(sub, redo, axis=1)
+    return cols

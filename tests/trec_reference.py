@@ -9,14 +9,28 @@ from pathlib import Path
 import pandas as pd
 
 REFERENCE = Path(
-    os.environ.get("TREC_REFERENCE", Path(__file__).resolve().parents[2] / "shared/reference/trec_eval")
+    os.environ.get(
+        "TREC_REFERENCE", Path(__file__).resolve().parents[2] / "shared/reference/trec_eval"
+    )
 )
 
 # trec_eval measure -> our metric name (None: a per-query cutoff-free measure we implement)
-_CUT = {"P": "precision", "recall": "recall", "ndcg_cut": "ndcg", "map_cut": "ap",
-        "success": "hit_rate"}
-_PLAIN = {"num_ret": "num_ret", "num_rel": "num_rel", "num_rel_ret": "num_rel_ret", "map": "map",
-          "Rprec": "r_precision", "recip_rank": "mrr", "ndcg": "ndcg"}
+_CUT = {
+    "P": "precision",
+    "recall": "recall",
+    "ndcg_cut": "ndcg",
+    "map_cut": "ap",
+    "success": "hit_rate",
+}
+_PLAIN = {
+    "num_ret": "num_ret",
+    "num_rel": "num_rel",
+    "num_rel_ret": "num_rel_ret",
+    "map": "map",
+    "Rprec": "r_precision",
+    "recip_rank": "mrr",
+    "ndcg": "ndcg",
+}
 
 
 def our_name(measure: str) -> str | None:

@@ -1,0 +1,5 @@
+"""Entry point of ``python -m metrics``."""
+
+from metrics.cli import main
+
+raise SystemExit(main())
