@@ -177,7 +177,8 @@ def evaluate(
         if train is None or "item" not in getattr(train, "columns", []):
             bad = next(n for n, s in named if s.metric in ("novelty", "popularity"))
             raise ValueError(
-                f"metric {bad!r} needs train= (a DataFrame with an 'item' column) for item popularity"
+                f"metric {bad!r} needs train= (a DataFrame with an 'item' column) "
+                "for item popularity"
             )
         popularity = train["item"].value_counts()
     acc = _Accumulator(prep, named, opts)
