@@ -1,0 +1,299 @@
+"""Speed and memory of `metrics.evaluate` against ranx and pytrec_eval on the same DataFrames.
+
+Every (tool, size) cell runs in a fresh subprocess that builds the same seeded DataFrames, resets
+the kernel's peak-RSS counter, then times the tool: peak memory is the growth over the data alone.
+
+    python benchmarks/bench_metrics.py                 # 10k, 100k, 1M users x 100 candidates
+    python benchmarks/bench_metrics.py --sizes 10000   # quick look
+    python benchmarks/bench_metrics.py --peers-max 1000000   # also try the peers at 1M (slow, OOM)
+
+Needs the `bench` extra for the peers: pip install -e ".[bench]".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+METRICS = ["ndcg@10", "map@10", "precision@10", "recall@10", "mrr@10"]
+CANDIDATES = 100
+
+
+def make_data(n_users: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Seeded run (n_users x 100 scored candidates) and qrels (1-10 relevant items per user,
+    about half of them among the candidates)."""
+    rng = np.random.default_rng(seed)
+    n_items = 50_000
+    # 100 distinct candidates per user: a random start and stride through the item space
+    start = rng.integers(0, n_items, n_users)[:, None]
+    items = (start + np.arange(CANDIDATES)[None, :] * 397) % n_items
+    scores = rng.random((n_users, CANDIDATES))
+    run = pd.DataFrame(
+        {
+            "user": np.repeat(np.arange(n_users), CANDIDATES),
+            "item": items.ravel(),
+            "score": scores.ravel(),
+        }
+    )
+    n_rel = rng.integers(1, 11, n_users)
+    owner = np.repeat(np.arange(n_users), n_rel)
+    slot = rng.integers(0, 2 * CANDIDATES, n_rel.sum())  # slot >= 100: not a candidate
+    rel_items = (start[owner, 0] + slot * 397) % n_items
+    qrels = pd.DataFrame({"user": owner, "item": rel_items, "relevance": 1})
+    qrels = qrels.drop_duplicates(["user", "item"]).reset_index(drop=True)
+    return qrels, run
+
+
+def _reset_peak() -> int:
+    """Reset the peak-RSS counter (Linux clear_refs) and return the current RSS in bytes."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status("VmRSS")
+
+
+def _status(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(field)
+
+
+def run_ours(qrels: pd.DataFrame, run: pd.DataFrame) -> dict[str, float]:
+    import metrics
+
+    return metrics.evaluate(qrels, run, METRICS).summary
+
+
+def run_kernel(qrels: pd.DataFrame, run: pd.DataFrame) -> dict[str, float]:
+    """The kernel alone: ids already encoded and lists already padded (no DataFrame work)."""
+    from metrics import ranking
+    from metrics.judged import Judged
+    from metrics.topk import top_k
+
+    n = run["user"].nunique()
+    scores = run["score"].to_numpy().reshape(n, CANDIDATES)
+    items = run["item"].to_numpy().reshape(n, CANDIDATES)
+    span = 1 + int(max(run["item"].max(), qrels["item"].max()))
+    truth = qrels["user"].to_numpy() * span + qrels["item"].to_numpy()
+    relevant = np.isin(run["user"].to_numpy() * span + run["item"].to_numpy(), truth)
+    relevant = relevant.reshape(n, CANDIDATES)
+    n_rel = np.bincount(qrels["user"].to_numpy(), minlength=n)
+    t0 = time.perf_counter()
+    cols = top_k(scores, items, 10)
+    hits = np.take_along_axis(relevant, cols, axis=1)
+    j = Judged(
+        hits=hits,
+        gains=hits.astype(float),
+        n_ret=np.full(n, 10),
+        n_rel=n_rel,
+        ideal_user=np.repeat(np.arange(n), n_rel),
+        ideal_rank=np.arange(n_rel.sum()) - np.repeat(np.cumsum(n_rel) - n_rel, n_rel),
+        ideal_gain=np.ones(n_rel.sum()),
+    )
+    out = {
+        "ndcg@10": ranking.ndcg(j, k=10).mean(),
+        "map@10": ranking.average_precision(j, k=10).mean(),
+        "precision@10": ranking.precision(j, k=10).mean(),
+        "recall@10": ranking.recall(j, k=10).mean(),
+        "mrr@10": ranking.reciprocal_rank(j, k=10).mean(),
+    }
+    out["_kernel_seconds"] = time.perf_counter() - t0
+    return out
+
+
+def run_ranx(qrels: pd.DataFrame, run: pd.DataFrame, warm_only: bool) -> dict[str, float]:
+    from ranx import Qrels, Run, evaluate
+
+    # ranx rejects pandas 3's `str` dtype: give it object columns of Python strings.
+    t0 = time.perf_counter()
+    q = qrels.assign(
+        user=qrels["user"].astype(str).astype(object),
+        item=qrels["item"].astype(str).astype(object),
+        relevance=qrels["relevance"].astype(int),
+    )
+    r = run.assign(
+        user=run["user"].astype(str).astype(object), item=run["item"].astype(str).astype(object)
+    )
+    rq = Qrels.from_df(q, q_id_col="user", doc_id_col="item", score_col="relevance")
+    rr = Run.from_df(r, q_id_col="user", doc_id_col="item", score_col="score")
+    built = time.perf_counter()
+    out = evaluate(rq, rr, METRICS)
+    out = {k: float(v) for k, v in out.items()}
+    out["_build_seconds"] = built - t0
+    out["_evaluate_seconds"] = time.perf_counter() - built
+    return out
+
+
+def run_pytrec(qrels: pd.DataFrame, run: pd.DataFrame) -> dict[str, float]:
+    import pytrec_eval
+
+    q: dict[str, dict[str, int]] = {}
+    for u, i, rel in zip(
+        qrels["user"].astype(str),
+        qrels["item"].astype(str),
+        qrels["relevance"].astype(int),
+        strict=True,
+    ):
+        q.setdefault(u, {})[i] = int(rel)
+    r: dict[str, dict[str, float]] = {}
+    for u, i, s in zip(run["user"].astype(str), run["item"].astype(str), run["score"], strict=True):
+        r.setdefault(u, {})[i] = float(s)
+    measures = {"ndcg_cut_10", "map_cut_10", "P_10", "recall_10", "recip_rank"}
+    res = pytrec_eval.RelevanceEvaluator(q, measures).evaluate(r)
+    names = {
+        "ndcg_cut_10": "ndcg@10",
+        "map_cut_10": "map@10",
+        "P_10": "precision@10",
+        "recall_10": "recall@10",
+        "recip_rank": "mrr (uncut)",
+    }
+    return {names[m]: float(np.mean([v[m] for v in res.values()])) for m in measures}
+
+
+def cell(tool: str, n_users: int) -> dict[str, object]:
+    """Run one measurement in this process (called in a subprocess)."""
+    qrels, run = make_data(n_users)
+    if tool == "ranx":  # compile its numba kernels first, outside the timing
+        t0 = time.perf_counter()
+        run_ranx(*make_data(50), warm_only=True)
+        jit = time.perf_counter() - t0
+    base = _reset_peak()
+    t0 = time.perf_counter()
+    if tool == "ours":
+        values = run_ours(qrels, run)
+    elif tool == "kernel":
+        values = run_kernel(qrels, run)
+    elif tool == "ranx":
+        values = run_ranx(qrels, run, warm_only=False)
+    else:
+        values = run_pytrec(qrels, run)
+    seconds = time.perf_counter() - t0
+    if tool == "kernel":
+        seconds = float(values.pop("_kernel_seconds"))
+    out: dict[str, object] = {
+        "tool": tool,
+        "users": n_users,
+        "seconds": seconds,
+        "peak_mb": (_status("VmHWM") - base) / 2**20,
+        "values": values,
+    }
+    if tool == "ranx":
+        out["jit_seconds"] = jit
+    return out
+
+
+def measure(tool: str, n_users: int, timeout: float) -> dict[str, object]:
+    cmd = [sys.executable, __file__, "--cell", tool, str(n_users)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"tool": tool, "users": n_users, "error": f"timeout after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
+        return {"tool": tool, "users": n_users, "error": f"exit {proc.returncode}: {tail[:80]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def cli_cold_start() -> float:
+    """Seconds for `python -m metrics` on trec_eval's small test files, in a new interpreter."""
+    ref = Path(__file__).resolve().parents[2] / "shared/reference/trec_eval"
+    t0 = time.perf_counter()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "metrics",
+            str(ref / "qrels.test"),
+            str(ref / "results.test"),
+            "-m",
+            "ndcg@10",
+            "map",
+        ],
+        capture_output=True,
+        check=True,
+    )
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    p.add_argument(
+        "--peers-max",
+        type=int,
+        default=100_000,
+        help="largest size at which ranx and pytrec_eval run (both need > 20 GB at 1M)",
+    )
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--cell", nargs=2, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.cell:
+        print(json.dumps(cell(args.cell[0], int(args.cell[1])), default=float))
+        return
+    rows = []
+    for n in args.sizes:
+        tools = ["ours", "kernel"] + (["ranx", "pytrec_eval"] if n <= args.peers_max else [])
+        res = {t: measure(t, n, args.timeout) for t in tools}
+        ours = res["ours"]
+        for t in tools:
+            r = res[t]
+            if "error" in r:
+                rows.append((n, t, r["error"], "", "", ""))
+                continue
+            ratio = r["seconds"] / ours["seconds"] if "seconds" in ours else float("nan")
+            note = ""
+            vals = r["values"]
+            if t == "ranx":
+                note = (
+                    f"build {vals['_build_seconds']:.2f} s + evaluate "
+                    f"{vals['_evaluate_seconds']:.2f} s (JIT warm-up {r['jit_seconds']:.0f} s, "
+                    "not counted)"
+                )
+            if t == "kernel":
+                note = "ids encoded, candidates judged, lists padded: top-k + metrics only"
+            agree = max(abs(vals[m] - ours["values"][m]) for m in METRICS if m in vals)
+            rows.append(
+                (
+                    n,
+                    t,
+                    f"{r['seconds']:.2f}",
+                    f"{r['peak_mb']:.0f}",
+                    f"{ratio:.1f}x" if t != "ours" else "1.0x",
+                    f"max |diff| {agree:.1e}; {note}".strip("; "),
+                )
+            )
+        for t in ("ranx", "pytrec_eval"):
+            if t not in tools:
+                rows.append(
+                    (
+                        n,
+                        t,
+                        "not run",
+                        "",
+                        "",
+                        "out of memory at 20 GB per shared/NOTES.md; --peers-max to try",
+                    )
+                )
+    header = ("users", "tool", "seconds", "peak MB", "time / ours", "notes")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)))
+    print(
+        f"\nCLI cold start (python -m metrics on trec_eval's test files): {cli_cold_start():.2f} s"
+    )
+    print(
+        "ranx/pytrec_eval times include building their inputs from the same DataFrames. "
+        "pytrec_eval's recip_rank is uncut, so its mrr is not compared."
+    )
+
+
+if __name__ == "__main__":
+    main()
