@@ -1,0 +1,1 @@
+"""The evaluation harness: Hydra configs → data → split → models → metrics → MLflow."""

@@ -1,0 +1,135 @@
+"""``python -m harness``: compose the Hydra config, build the objects, run, track, report.
+
+The only module that sees a ``DictConfig``: it instantiates models and hands typed objects to
+:mod:`harness.experiment`. Exit codes: 0 success, 1 a model failed, 2 bad input or config,
+3 results saved locally but MLflow logging failed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from harness.datasets import load_dataset
+from harness.errors import DataError
+from harness.experiment import ExperimentResult, MetricSuite, run_models
+from harness.models import Recommender
+from harness.split import load_or_make_split, split_cache_key
+
+EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
+
+
+def build_models(cfg: DictConfig, progress: bool) -> dict[str, Recommender]:
+    """Instantiate every selected model (``model=[a,b]``), passing ``progress`` where accepted."""
+    models: dict[str, Recommender] = {}
+    for name, node in (cfg.get("model") or {}).items():
+        extra: dict[str, Any] = {}
+        target = node.get("_target_")
+        if target and "progress" in inspect.signature(get_class(target)).parameters:
+            extra["progress"] = progress
+        models[str(name)] = instantiate(node, **extra)
+    if not models:
+        raise ValueError("no model selected: use e.g. model=[popularity,item_knn]")
+    return models
+
+
+def suite_of(cfg: DictConfig) -> MetricSuite:
+    """The typed metric suite of the ``metrics/`` config group."""
+    m = cfg.metrics
+    return MetricSuite(
+        k=int(m.k),
+        names=tuple(str(n) for n in m.names),
+        relevance=str(m.get("relevance", "binary")),
+        relevance_threshold=float(m.get("relevance_threshold", 1)),
+        options=OmegaConf.to_container(m.get("options", {}), resolve=True),  # type: ignore[arg-type]
+    )
+
+
+def format_summary(result: ExperimentResult) -> str:
+    """The model × metric table, the split in one line and failures, for the terminal."""
+    stats = result.split.stats
+    lines = [
+        f"dataset {result.dataset.name}: {len(result.dataset.frame):,} events | split "
+        f"{result.split.name}: train {stats.get('n_train_events', 0):,} / test "
+        f"{stats.get('n_test_events', 0):,} events, {stats.get('n_test_users', 0):,} test users",
+        "",
+        result.table().to_string(float_format=lambda v: f"{v:.4f}", na_rep="failed"),
+    ]
+    for name in result.failed:
+        lines.append(f"\nmodel {name!r} FAILED: {result.outcomes[name].error}")
+    return "\n".join(lines)
+
+
+def run(cfg: DictConfig) -> int:
+    """Run one experiment from a composed config; return the process exit code."""
+    progress = bool(cfg.get("progress", True))
+    runs_dir = Path(cfg.runs_dir)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    suite = suite_of(cfg)
+    models = build_models(cfg, progress)
+    dataset = load_dataset(OmegaConf.to_container(cfg.dataset, resolve=True))  # type: ignore[arg-type]
+    split_params = OmegaConf.to_container(cfg.split, resolve=True)
+    assert isinstance(split_params, dict)
+    method = split_params.pop("method")
+    split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
+    key = split_cache_key(dataset.frame, method, split_params)
+    folder = runs_dir / "results" / str(cfg.name) / f"{stamp}-{key[:8]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    result = run_models(dataset, split, models, suite, folder, progress=progress)
+    print(format_summary(result))
+    print(f"\nresults: {folder}")
+    code = EXIT_MODEL_FAILED if result.failed else 0
+    if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri"):
+        try:
+            from harness.record import record
+            from harness.tracking import Tracker
+
+            tracker = Tracker(str(cfg.tracking.uri), str(cfg.name), cfg.tracking.get("artifacts"))
+            ids = record(
+                tracker,
+                result,
+                run_name=f"{dataset.name}-{split.name}-{stamp}",
+                config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+                split_key=key,
+                model_params={
+                    n: OmegaConf.to_container(v, resolve=True)  # type: ignore[misc]
+                    for n, v in cfg.model.items()
+                },
+            )
+        except Exception as err:
+            if cfg.get("debug"):
+                raise
+            print(
+                f"error: MLflow logging to {cfg.tracking.uri} failed ({type(err).__name__}: "
+                f"{err}); results are kept in {folder}",
+                file=sys.stderr,
+            )
+            return EXIT_TRACKING_FAILED
+        print(f"MLflow: {cfg.tracking.uri} experiment {cfg.name!r}, parent run {ids['parent']}")
+        if str(cfg.tracking.uri).startswith("sqlite:///"):
+            print(f"  open with: mlflow ui --backend-store-uri {cfg.tracking.uri}")
+    return code
+
+
+@hydra.main(version_base=None, config_path="configs", config_name="config")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point; one-line errors and exit code 2 for bad input unless ``debug=true``."""
+    try:
+        code = run(cfg)
+    except (DataError, ValueError, FileNotFoundError) as err:
+        if cfg.get("debug"):
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        code = EXIT_BAD_INPUT
+    if code and HydraConfig.get().mode != RunMode.MULTIRUN:
+        sys.exit(code)

@@ -1,0 +1,14 @@
+"""Exceptions raised by the harness."""
+
+from __future__ import annotations
+
+__all__ = ["DataError"]
+
+
+class DataError(ValueError):
+    """Input data breaks a rule of the interaction format.
+
+    The message is one line naming the source (file), the column, the rule and an example
+    offending value, e.g. ``data.csv: column 'rating' has 2 value(s) outside [1.0, 5.0], e.g. 7.0
+    at row 3``.
+    """

@@ -1,0 +1,315 @@
+"""The model protocol and a base class doing id encoding, seen-item exclusion and batched top-k.
+
+Conventions of ``recommend(users, k)`` for every model built on ``BaseRecommender``:
+
+- returns ``(ids, scores)``, both of shape ``(len(users), k)``, best first; ``ids`` has the dtype
+  of the training item ids (``int64``, or ``object`` holding ``str``), ``scores`` is ``float64``;
+- ties in score are broken by ascending item id, so output is deterministic;
+- items the user interacted with in training are excluded (``exclude_seen=True``, the default);
+- padding: when fewer than ``k`` items are left for a user (small catalog, or seen items
+  excluded), the remaining positions hold score ``-inf`` and id ``PAD_ITEM_INT``
+  (``np.iinfo(np.int64).min``) for integer ids or ``None`` for object ids. Real scores are always
+  finite, so ``scores == -inf`` (see ``padding_mask``) marks padding exactly;
+- unknown users (absent from training) get the model's fallback scores: popularity for the
+  popularity and item-kNN models, random for the random model; nothing is excluded for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Self, runtime_checkable
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from tqdm.auto import tqdm
+
+from harness.data import ITEM, USER
+
+__all__ = [
+    "PAD_ITEM_INT",
+    "PAD_ITEM_OBJECT",
+    "BaseRecommender",
+    "Recommender",
+    "padding_mask",
+    "topk_rows",
+]
+
+PAD_ITEM_INT: int = int(np.iinfo(np.int64).min)
+PAD_ITEM_OBJECT: Any = None
+# Elements of one dense user × item score block (float64: 64 MiB); bounds memory per batch.
+_BLOCK_ELEMENTS = 2**23
+
+
+@runtime_checkable
+class Recommender(Protocol):
+    """What the harness needs from a model: fit on training interactions, recommend top-k."""
+
+    def fit(self, train: pd.DataFrame) -> Recommender:
+        """Learn from an Interactions frame (columns user, item, ...); return self."""
+        ...
+
+    def recommend(self, users: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return item ids and scores, each ``(len(users), k)``, best first."""
+        ...
+
+
+def padding_mask(scores: np.ndarray) -> np.ndarray:
+    """Boolean mask of padded positions in a ``recommend`` output (score is ``-inf``)."""
+    return np.isneginf(scores)
+
+
+def topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Column indices and values of each row's ``k`` largest entries, best first.
+
+    Ties are broken by ascending column index. Linear in the row length and robust to massive
+    ties (e.g. many zero scores): see ``_topk_pruned``. No NaN allowed; ``k`` is clipped to the
+    number of columns.
+    """
+    n_rows, n_cols = scores.shape
+    k = min(k, n_cols)
+    if k < 1 or n_rows == 0:
+        empty = np.zeros((n_rows, max(k, 0)), dtype=np.int64)
+        return empty, empty.astype(scores.dtype)
+    group = max(1, int(np.sqrt(n_cols / k)))
+    if n_cols <= 4 * k * group or n_cols <= 256:
+        return _topk_sorted(scores, k)
+    return _topk_pruned(scores, k, group)
+
+
+def _topk_sorted(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reference top-k by a full stable sort of each row (for small rows)."""
+    cols = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return cols, np.take_along_axis(scores, cols, axis=1)
+
+
+def _select_ordered(
+    vals: np.ndarray, cols: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` of each row of ``vals`` whose ``cols`` ascend along the row; ties: lowest col.
+
+    Finds the k-th largest value with ``np.partition``, keeps everything above it plus the
+    leftmost entries equal to it, then sorts only those ``k`` (stable, so ties keep col order).
+    """
+    n_rows = vals.shape[0]
+    kth = -np.partition(-vals, k - 1, axis=1)[:, k - 1, None]
+    greater = vals > kth
+    equal = vals == kth
+    need = k - greater.sum(axis=1)
+    keep = greater | (equal & (np.cumsum(equal, axis=1, dtype=np.int32) <= need[:, None]))
+    pos = np.nonzero(keep)[1].reshape(n_rows, k)
+    sel_vals = np.take_along_axis(vals, pos, axis=1)
+    order = np.argsort(-sel_vals, axis=1, kind="stable")
+    return (
+        np.take_along_axis(np.take_along_axis(cols, pos, axis=1), order, axis=1),
+        np.take_along_axis(sel_vals, order, axis=1),
+    )
+
+
+def _topk_pruned(scores: np.ndarray, k: int, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k via group maxima: only ``k`` column groups per row can hold values above the bound.
+
+    Columns are cut into groups of ``group``; ``lb`` = the k-th largest group maximum is a lower
+    bound of the row's k-th largest value, and every value ``> lb`` lies in the ``k`` groups with
+    the largest maxima. Gathering those groups and sorting them by (-value, column) gives the
+    answer unless the k-th value equals ``lb`` and more groups have ``lb`` as maximum than were
+    gathered: then the lowest-index ties at ``lb`` are gathered by ``_first_ties``.
+    """
+    n_rows, n_cols = scores.shape
+    starts = np.arange(0, n_cols, group)
+    gmax = np.maximum.reduceat(scores, starts, axis=1)
+    top_groups = np.sort(np.argpartition(-gmax, k - 1, axis=1)[:, :k], axis=1)
+    lb = np.take_along_axis(gmax, top_groups, axis=1).min(axis=1)
+    cols = (top_groups[:, :, None] * group + np.arange(group)).reshape(n_rows, k * group)
+    inside = cols < n_cols
+    vals = np.take_along_axis(scores, np.minimum(cols, n_cols - 1), axis=1)
+    vals[~inside] = -np.inf
+    cols[~inside] = n_cols  # out-of-range slots: last in column order, never chosen over real ones
+    top_cols, top_vals = _select_ordered(vals, cols, k)
+
+    # Values equal to lb outside the gathered groups exist only in groups whose max is lb and
+    # that were not gathered; only those rows need a scan.
+    groups_at_lb = (gmax == lb[:, None]).sum(axis=1)
+    gathered_at_lb = k - (gmax > lb[:, None]).sum(axis=1)
+    tied = np.flatnonzero((top_vals[:, k - 1] == lb) & (groups_at_lb > gathered_at_lb))
+    if tied.size:
+        bound = lb[tied, None]
+        above = (top_vals[tied] > bound).sum(axis=1)  # all values > lb are already in place
+        need = k - above
+        tie_cols = _first_ties(scores, tied, gmax, lb[tied], need, group)
+        rr, jj = np.nonzero(np.arange(k) < need[:, None])
+        row_cols = top_cols[tied]
+        row_vals = top_vals[tied]
+        row_cols[rr, above[rr] + jj] = tie_cols[rr, jj]
+        row_vals[rr, above[rr] + jj] = lb[tied][rr]
+        top_cols[tied] = row_cols
+        top_vals[tied] = row_vals
+    return top_cols, top_vals
+
+
+def _first_ties(
+    scores: np.ndarray,
+    rows: np.ndarray,
+    gmax: np.ndarray,
+    bound: np.ndarray,
+    need: np.ndarray,
+    group: int,
+) -> np.ndarray:
+    """For each of ``rows``, the first ``need`` column indices whose value equals ``bound``.
+
+    Only groups whose maximum is ``>= bound`` can hold such values, and the first ``need`` of
+    them lie in groups up to the ``need``-th group whose maximum equals ``bound`` (each of those
+    holds at least one). That is at most ``need + k - 1`` groups per row, gathered in column
+    order. Returns ``int64[len(rows), max(need)]``; slots after a row's ``need``-th are unused.
+    """
+    n_cols = scores.shape[1]
+    gm = gmax[rows]
+    at = gm == bound[:, None]
+    cum_at = np.cumsum(at, axis=1, dtype=np.int32)
+    wanted = (at & (cum_at <= need[:, None])) | ((gm > bound[:, None]) & (cum_at < need[:, None]))
+    r, g = np.nonzero(wanted)  # row-major: groups ascending within a row
+    first = np.searchsorted(r, np.arange(rows.size))
+    slot = np.arange(r.size) - first[r]
+    n_groups = int(wanted.sum(axis=1).max())
+    grp = np.full((rows.size, n_groups), -1, dtype=np.int64)
+    grp[r, slot] = g
+    cols = (grp[:, :, None] * group + np.arange(group)).reshape(rows.size, n_groups * group)
+    inside = (grp[:, :, None] >= 0).repeat(group, axis=2).reshape(cols.shape) & (cols < n_cols)
+    vals = scores[rows[:, None], np.clip(cols, 0, n_cols - 1)]
+    eq = inside & (vals == bound[:, None])
+    rank = np.cumsum(eq, axis=1, dtype=np.int32)
+    take = eq & (rank <= need[:, None])
+    tr, tc = np.nonzero(take)
+    out = np.zeros((rows.size, int(need.max())), dtype=np.int64)
+    out[tr, rank[tr, tc] - 1] = cols[tr, tc]
+    return out
+
+
+class BaseRecommender:
+    """Shared machinery: dense id codes, the binary user × item CSR matrix and batched top-k.
+
+    Subclasses implement ``_score(user_codes) -> float[b, n_items]`` (finite values) and may
+    override ``_fit(matrix)`` and ``_score_unknown(users)`` (default: item popularity).
+    ``batch_size`` users are scored at a time (default: about 2**23 scores per batch).
+    """
+
+    def __init__(
+        self,
+        *,
+        exclude_seen: bool = True,
+        batch_size: int | None = None,
+        progress: bool = False,
+    ) -> None:
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise ValueError(f"'batch_size' must be a positive int or None (got {batch_size!r})")
+        self.exclude_seen = exclude_seen
+        self.batch_size = batch_size
+        self.progress = progress
+
+    # -------------------------------------------------------------------------- fitting
+
+    def fit(self, train: pd.DataFrame) -> Self:
+        """Encode ids (sorted, so codes follow id order), build the binary matrix, then ``_fit``."""
+        missing = [c for c in (USER, ITEM) if c not in train.columns]
+        if missing:
+            raise ValueError(
+                f"training frame is missing column {missing[0]!r} "
+                f"(got {[str(c) for c in train.columns]})"
+            )
+        if len(train) == 0:
+            raise ValueError("training frame is empty (0 rows)")
+        ucodes, user_ids = pd.factorize(train[USER], sort=True)
+        icodes, item_ids = pd.factorize(train[ITEM], sort=True)
+        self.user_ids_ = _id_array(user_ids)
+        self.item_ids_ = _id_array(item_ids)
+        self._user_index = pd.Index(self.user_ids_)
+        shape = (len(self.user_ids_), len(self.item_ids_))
+        matrix = sp.csr_matrix(
+            (np.ones(len(train), dtype=np.float64), (ucodes, icodes)), shape=shape
+        )
+        matrix.sum_duplicates()
+        matrix.data[:] = 1.0
+        self.interactions_ = matrix
+        self.item_popularity_ = np.diff(matrix.tocsc().indptr).astype(np.float64)
+        self._fit(matrix)
+        return self
+
+    def _fit(self, matrix: sp.csr_matrix) -> None:
+        """Model-specific fitting on the binary user × item matrix (default: nothing)."""
+
+    # ---------------------------------------------------------------------------- scoring
+
+    def _score(self, user_codes: np.ndarray) -> np.ndarray:
+        """Dense ``float64[len(user_codes), n_items]`` scores for known users."""
+        raise NotImplementedError
+
+    def _score_unknown(self, users: np.ndarray) -> np.ndarray:
+        """Scores for users absent from training: item popularity (distinct users per item)."""
+        return np.tile(self.item_popularity_, (len(users), 1))
+
+    def recommend(
+        self, users: np.ndarray, k: int, *, exclude_seen: bool | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` item ids and scores per user, best first (see the module doc for padding).
+
+        ``exclude_seen=None`` uses the value given at construction.
+        """
+        if not hasattr(self, "item_ids_"):
+            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(train) first")
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+            raise ValueError(f"'k' must be a positive int (got {k!r})")
+        k = int(k)
+        exclude = self.exclude_seen if exclude_seen is None else exclude_seen
+        users = np.asarray(users)
+        if users.ndim != 1:
+            raise ValueError(f"'users' must be a 1-D array of user ids (got shape {users.shape})")
+        n_users, n_items = users.size, self.item_ids_.size
+        codes = self._user_index.get_indexer(users)
+        batch = self.batch_size or max(1, _BLOCK_ELEMENTS // max(n_items, 1))
+
+        scores_out = np.full((n_users, k), -np.inf)
+        cols_out = np.zeros((n_users, k), dtype=np.int64)
+        width = min(k, n_items)
+        starts = range(0, n_users, batch)
+        for start in tqdm(
+            starts, disable=not self.progress, desc=type(self).__name__, unit="batch"
+        ):
+            stop = min(start + batch, n_users)
+            block = self._score_block(users[start:stop], codes[start:stop], exclude)
+            cols, vals = topk_rows(block, width)
+            cols_out[start:stop, :width] = cols
+            scores_out[start:stop, :width] = vals
+
+        ids = self.item_ids_[cols_out]
+        pad = np.isneginf(scores_out)
+        if pad.any():
+            ids[pad] = PAD_ITEM_OBJECT if ids.dtype == object else PAD_ITEM_INT
+        return ids, scores_out
+
+    def _score_block(self, users: np.ndarray, codes: np.ndarray, exclude: bool) -> np.ndarray:
+        known = codes >= 0
+        if known.all():
+            block = np.asarray(self._score(codes), dtype=np.float64)
+        else:
+            block = np.empty((codes.size, self.item_ids_.size), dtype=np.float64)
+            if known.any():
+                block[known] = self._score(codes[known])
+            block[~known] = self._score_unknown(users[~known])
+        if not np.isfinite(block).all():
+            raise ValueError(f"{type(self).__name__} produced non-finite scores")
+        if not block.flags.writeable:
+            block = block.copy()
+        if exclude and known.any():
+            seen = self.interactions_[codes[known]]
+            rows = np.repeat(np.flatnonzero(known), np.diff(seen.indptr))
+            block[rows, seen.indices] = -np.inf
+        return block
+
+
+def _id_array(uniques: pd.Index | np.ndarray) -> np.ndarray:
+    """Ids as ``int64`` when integer, else an ``object`` array (never pandas' ``str`` dtype)."""
+    values = np.asarray(uniques)
+    if np.issubdtype(values.dtype, np.integer):
+        return values.astype(np.int64)
+    return np.asarray(pd.Index(uniques).to_numpy(dtype=object))

@@ -1,0 +1,87 @@
+"""Log an :class:`~harness.experiment.ExperimentResult` to MLflow: one parent run, one child per model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from harness.experiment import ExperimentResult
+from harness.split import data_hash
+from harness.tracking import Tracker, flatten, git_state
+
+__all__ = ["record"]
+
+
+def _numbers(stats: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    return {
+        f"{prefix}{k}": float(v)
+        for k, v in stats.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def record(
+    tracker: Tracker,
+    result: ExperimentResult,
+    *,
+    run_name: str,
+    config: Mapping[str, Any],
+    split_key: str,
+    model_params: Mapping[str, Mapping[str, Any]],
+) -> dict[str, str]:
+    """Log everything; return the run ids (``parent`` and one per model)."""
+    data_digest = data_hash(result.dataset.frame)
+    tags = {
+        **git_state(),
+        "dataset.name": result.dataset.name,
+        "dataset.source": result.dataset.source,
+        "dataset.sha256": data_digest,
+        "split.method": result.split.name,
+        "split.sha256": split_key,
+        "results.folder": str(result.folder.resolve()),
+    }
+    parent = tracker.start(run_name, tags)
+    ids = {"parent": parent}
+    params = {**flatten(config), **{f"metrics.option.{k}": v for k, v in result.options.items()}}
+    tracker.log(parent, params=params, metrics=_numbers(result.split.stats, "split."))
+    for part, context in ((result.split.train, "training"), (result.split.test, "test")):
+        tracker.log_input(
+            parent,
+            part,
+            name=f"{result.dataset.name}-{context}",
+            context=context,
+            digest=data_hash(part),
+            source=result.dataset.source,
+        )
+    for name, outcome in result.outcomes.items():
+        child = tracker.start(name, {**tags, "model": name}, parent=parent)
+        ids[name] = child
+        tracker.log(
+            child,
+            params={
+                **flatten(dict(model_params.get(name, {})), "model."),
+                **{f"metrics.option.{k}": v for k, v in result.options.items()},
+            },
+            metrics={
+                **(outcome.evaluation.summary if outcome.evaluation else {}),
+                **{f"time.{k}_seconds": v for k, v in outcome.seconds.items()},
+                **_numbers(outcome.evaluation.counts if outcome.evaluation else {}, "users."),
+            },
+            tags={
+                "status": "ok" if outcome.ok else "failed",
+                **({"error": outcome.error} if outcome.error else {}),
+            },
+        )
+        tracker.log_artifacts(child, result.folder / name)
+        tracker.finish(child, "FINISHED" if outcome.ok else "FAILED")
+    summary = {
+        f"{model}.{metric}": value
+        for model, row in result.table().iterrows()
+        for metric, value in row.items()
+    }
+    tracker.log(parent, metrics=summary)
+    for path in sorted(result.folder.iterdir()):
+        if path.is_file():
+            tracker.client.log_artifact(parent, str(path))
+    tracker.finish(parent, "FAILED" if result.failed else "FINISHED")
+    return ids

@@ -1,0 +1,572 @@
+"""Train/validation/test splits of an Interactions frame, training-side filters and a split cache.
+
+Every split keeps the input's rows unchanged (same columns, same index labels, input order), so
+``train``, ``valid`` and ``test`` are disjoint subsets of the input and can be traced back to it.
+The method functions (``global_time``, ``leave_one_out``, ``user_time``, ``random_split``) return
+the raw split: no filter applied and test/validation events of users or items unseen in training
+kept (and counted). ``make_split`` runs a method and then ``apply_filters``, whose defaults drop
+unseen test/validation events.
+
+Stats (a flat, JSON-serializable dict) always hold:
+
+- ``method``; ``n_input_events`` / ``n_input_users`` / ``n_input_items``;
+- ``n_{train,test,valid}_{events,users,items}`` and ``{train,test,valid}_time_{min,max}`` (epoch
+  seconds, ``None`` when the part is empty; ``valid`` counts are 0 when there is no validation);
+- leakage of future information into training (``None`` when train or test is empty):
+  ``leakage_user_train_after_test``: share of training events later than the (earliest) test
+  event of their own user; ``leakage_mean_train_after_test``: mean over test events of the share
+  of training events later than that test event (the future, from any user, seen in training);
+  ``leakage_global_train_after_first_test``: share of training events later than the earliest
+  test event overall;
+- ``train_filtered_{events,users,items}``: removed from train by the filters;
+- ``{test,valid}_unseen_{events,user_events,item_events,users,items}``: events whose user or item
+  is absent from the (filtered) training data, counted under either policy, and
+  ``{test,valid}_dropped_{events,users,items}``: events removed by ``unseen="drop"``, users and
+  items no longer present in that part afterwards; ``unseen_policy``.
+
+Method-specific entries: ``cut``, ``cut_iso``, ``valid_cut``, ``valid_cut_iso`` (global_time);
+``loo_eligible_users``, ``loo_train_only_users``, ``loo_valid_users`` (leave_one_out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.data import ITEM, TIMESTAMP, USER
+
+__all__ = [
+    "FILTER_PARAMS",
+    "METHODS",
+    "UNSEEN_POLICIES",
+    "Split",
+    "apply_filters",
+    "data_hash",
+    "global_time",
+    "leave_one_out",
+    "load_or_make_split",
+    "make_split",
+    "random_split",
+    "split_cache_key",
+    "user_time",
+]
+
+UNSEEN_POLICIES: tuple[str, ...] = ("drop", "keep")
+_CACHE_VERSION = 1
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """A train/test (and optional validation) split with its stats, method name and params."""
+
+    train: pd.DataFrame
+    test: pd.DataFrame
+    valid: pd.DataFrame | None
+    stats: dict[str, Any]
+    name: str
+    params: dict[str, Any]
+
+
+# ------------------------------------------------------------------------------ the methods
+
+
+def global_time(
+    df: pd.DataFrame,
+    *,
+    cut: str | float | dt.datetime,
+    valid_cut: str | float | dt.datetime | None = None,
+) -> Split:
+    """Split at one moment for everyone: test = events at or after ``cut``, the rest train.
+
+    ``cut``/``valid_cut`` are date strings (naive = UTC) or quantiles in (0, 1) of the timestamp
+    distribution; validation = events in ``[valid_cut, cut)``. No training event is at/after it.
+    """
+    _check_frame(df)
+    ts = df[TIMESTAMP].to_numpy()
+    cut_s = _resolve_time(cut, ts, "cut")
+    is_test = ts >= cut_s
+    is_valid = None
+    extra: dict[str, Any] = {"cut": cut_s, "cut_iso": _iso(cut_s)}
+    if valid_cut is not None:
+        valid_s = _resolve_time(valid_cut, ts, "valid_cut")
+        if valid_s >= cut_s:
+            raise ValueError(
+                f"'valid_cut' must be earlier than 'cut' (got valid_cut={_iso(valid_s)} "
+                f">= cut={_iso(cut_s)})"
+            )
+        is_valid = (ts >= valid_s) & ~is_test
+        extra.update(valid_cut=valid_s, valid_cut_iso=_iso(valid_s))
+    else:
+        extra.update(valid_cut=None, valid_cut_iso=None)
+    params = {"cut": cut, "valid_cut": valid_cut}
+    return _build(df, is_test, is_valid, "global_time", params, extra)
+
+
+def leave_one_out(df: pd.DataFrame, *, valid: bool = False, min_history: int = 2) -> Split:
+    """Hold out each user's latest event as test (and the one before as validation).
+
+    Ties on time go by item id, then input row: the last in that order is "latest". Users with
+    fewer than ``min_history`` events stay train-only; validation needs ``min_history + 1``.
+    """
+    _check_frame(df)
+    _check_int(min_history, "min_history", 1)
+    order, starts, counts = _user_groups(df)
+    n = len(df)
+    group = np.repeat(np.arange(starts.size), counts)
+    from_end = (starts + counts - 1)[group] - np.arange(n)
+    cnt = counts[group]
+    is_test = np.zeros(n, dtype=bool)
+    is_test[order] = (from_end == 0) & (cnt >= min_history)
+    is_valid = None
+    if valid:
+        is_valid = np.zeros(n, dtype=bool)
+        is_valid[order] = (from_end == 1) & (cnt >= min_history + 1)
+    extra = {
+        "loo_eligible_users": int((counts >= min_history).sum()),
+        "loo_train_only_users": int((counts < min_history).sum()),
+        "loo_valid_users": int((counts >= min_history + 1).sum()) if valid else 0,
+    }
+    params = {"valid": valid, "min_history": min_history}
+    return _build(df, is_test, is_valid, "leave_one_out", params, extra)
+
+
+def user_time(df: pd.DataFrame, *, test_ratio: float = 0.2, valid_ratio: float = 0.0) -> Split:
+    """Per-user chronological split: each user's latest ``round(n * test_ratio)`` events are test.
+
+    Counts round half up and every user keeps at least one training event; with ``valid_ratio``
+    the events just before a user's test events are validation. Ties as in ``leave_one_out``.
+    """
+    _check_frame(df)
+    _check_ratios(test_ratio, valid_ratio)
+    order, starts, counts = _user_groups(df)
+    n = len(df)
+    n_test = np.minimum(counts - 1, np.floor(counts * test_ratio + 0.5).astype(np.int64))
+    n_valid = np.minimum(counts - 1 - n_test, np.floor(counts * valid_ratio + 0.5).astype(np.int64))
+    group = np.repeat(np.arange(starts.size), counts)
+    from_end = (starts + counts - 1)[group] - np.arange(n)
+    is_test = np.zeros(n, dtype=bool)
+    is_test[order] = from_end < n_test[group]
+    is_valid = None
+    if valid_ratio > 0:
+        is_valid = np.zeros(n, dtype=bool)
+        is_valid[order] = (from_end >= n_test[group]) & (from_end < (n_test + n_valid)[group])
+    params = {"test_ratio": test_ratio, "valid_ratio": valid_ratio}
+    return _build(df, is_test, is_valid, "user_time", params, {})
+
+
+def random_split(
+    df: pd.DataFrame, *, test_ratio: float = 0.2, seed: int = 0, valid_ratio: float = 0.0
+) -> Split:
+    """Seeded random holdout of ``round(n * test_ratio)`` events (time ignored: leaks future).
+
+    The same frame (same row order) and seed give the same split.
+    """
+    _check_frame(df)
+    _check_ratios(test_ratio, valid_ratio)
+    n = len(df)
+    perm = np.random.default_rng(seed).permutation(n)
+    n_test = int(np.floor(n * test_ratio + 0.5))
+    n_valid = int(np.floor(n * valid_ratio + 0.5))
+    is_test = np.zeros(n, dtype=bool)
+    is_test[perm[:n_test]] = True
+    is_valid = None
+    if valid_ratio > 0:
+        is_valid = np.zeros(n, dtype=bool)
+        is_valid[perm[n_test : n_test + n_valid]] = True
+    params = {"test_ratio": test_ratio, "seed": seed, "valid_ratio": valid_ratio}
+    return _build(df, is_test, is_valid, "random", params, {})
+
+
+METHODS: dict[str, Callable[..., Split]] = {
+    "global_time": global_time,
+    "leave_one_out": leave_one_out,
+    "user_time": user_time,
+    "random": random_split,
+}
+FILTER_PARAMS: dict[str, Any] = {
+    "min_user_interactions": 0,
+    "min_item_interactions": 0,
+    "kcore": 0,
+    "unseen": "drop",
+}
+
+
+# ------------------------------------------------------------------------------- filtering
+
+
+def apply_filters(
+    split: Split,
+    *,
+    min_user_interactions: int = 0,
+    min_item_interactions: int = 0,
+    kcore: int = 0,
+    unseen: str = "drop",
+) -> Split:
+    """Filter the training part, then keep or drop test/validation events unseen in training.
+
+    Filters look at training data only: users, then items, with fewer events are removed (one
+    pass each); ``kcore`` then repeats until every user and item has at least ``kcore`` events.
+    """
+    _check_int(min_user_interactions, "min_user_interactions", 0)
+    _check_int(min_item_interactions, "min_item_interactions", 0)
+    _check_int(kcore, "kcore", 0)
+    if unseen not in UNSEEN_POLICIES:
+        raise ValueError(f"'unseen' must be one of {list(UNSEEN_POLICIES)} (got {unseen!r})")
+
+    train = split.train
+    ucode, n_u = _codes(train[USER])
+    icode, n_i = _codes(train[ITEM])
+    keep = np.ones(len(train), dtype=bool)
+    if min_user_interactions > 1:
+        keep &= np.bincount(ucode, minlength=n_u)[ucode] >= min_user_interactions
+    if min_item_interactions > 1:
+        keep &= np.bincount(icode[keep], minlength=n_i)[icode] >= min_item_interactions
+    if kcore > 1:
+        while True:
+            u_cnt = np.bincount(ucode[keep], minlength=n_u)
+            i_cnt = np.bincount(icode[keep], minlength=n_i)
+            bad = keep & ((u_cnt[ucode] < kcore) | (i_cnt[icode] < kcore))
+            if not bad.any():
+                break
+            keep &= ~bad
+    new_train = train[keep]
+    stats: dict[str, Any] = {
+        "train_filtered_events": int((~keep).sum()),
+        "train_filtered_users": n_u - _nunique(new_train[USER]),
+        "train_filtered_items": n_i - _nunique(new_train[ITEM]),
+    }
+    new_test, test_stats = _unseen(split.test, new_train, "test", unseen)
+    stats.update(test_stats)
+    new_valid = None
+    if split.valid is not None:
+        new_valid, valid_stats = _unseen(split.valid, new_train, "valid", unseen)
+        stats.update(valid_stats)
+    else:
+        stats.update(_unseen_zero("valid"))
+    stats["unseen_policy"] = unseen
+    stats.update(_describe(new_train, new_test, new_valid))
+    params = {
+        **split.params,
+        "min_user_interactions": min_user_interactions,
+        "min_item_interactions": min_item_interactions,
+        "kcore": kcore,
+        "unseen": unseen,
+    }
+    return replace(
+        split,
+        train=new_train,
+        test=new_test,
+        valid=new_valid,
+        stats={**split.stats, **stats},
+        params=params,
+    )
+
+
+def make_split(df: pd.DataFrame, method: str, **params: Any) -> Split:
+    """Run split ``method`` with its params, then ``apply_filters`` with the filter params.
+
+    ``params`` mixes the method's keywords and FILTER_PARAMS; ``Split.params`` records all of
+    them with defaults filled in. Unknown method or param names raise ValueError listing names.
+    """
+    effective = _effective_params(method, params)
+    method_kw = {k: v for k, v in effective.items() if k not in FILTER_PARAMS}
+    filter_kw = {k: v for k, v in effective.items() if k in FILTER_PARAMS}
+    split = METHODS[method](df, **method_kw)
+    return apply_filters(split, **filter_kw)
+
+
+# --------------------------------------------------------------------------------- caching
+
+
+def data_hash(df: pd.DataFrame) -> str:
+    """Hex sha256 of a frame's content: column names, dtypes, index and values, in row order."""
+    h = hashlib.sha256()
+    h.update(json.dumps([[str(c), str(df[c].dtype)] for c in df.columns]).encode())
+    h.update(pd.util.hash_pandas_object(df, index=True).to_numpy().tobytes())
+    return h.hexdigest()
+
+
+def split_cache_key(df: pd.DataFrame, method: str, params: Mapping[str, Any]) -> str:
+    """Hex sha256 naming a split: the data hash, the method and its params with defaults filled.
+
+    Passing a default explicitly or omitting it gives the same key; any changed value changes it.
+    """
+    effective = _effective_params(method, dict(params))
+    payload = {
+        "version": _CACHE_VERSION,
+        "data": data_hash(df),
+        "method": method,
+        "params": effective,
+    }
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load_or_make_split(
+    df: pd.DataFrame,
+    method: str,
+    params: Mapping[str, Any],
+    cache_dir: str | os.PathLike[str],
+) -> Split:
+    """Return the split cached under ``cache_dir/<key>/`` or make it, save it and return it.
+
+    Saved as train/test/valid Parquet plus ``split.json`` (name, params, stats); the JSON is
+    written last and the folder renamed into place, so a partial write is never reused.
+    """
+    key = split_cache_key(df, method, params)
+    root = Path(cache_dir)
+    target = root / key
+    if not (target / "split.json").is_file():
+        split = make_split(df, method, **dict(params))
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex}"
+        tmp.mkdir()
+        try:
+            split.train.to_parquet(tmp / "train.parquet")
+            split.test.to_parquet(tmp / "test.parquet")
+            if split.valid is not None:
+                split.valid.to_parquet(tmp / "valid.parquet")
+            meta = {
+                "name": split.name,
+                "params": split.params,
+                "stats": split.stats,
+                "key": key,
+                "data_hash": data_hash(df),
+            }
+            (tmp / "split.json").write_text(json.dumps(meta, indent=1, default=str))
+            if target.exists():  # an incomplete earlier attempt
+                shutil.rmtree(target, ignore_errors=True)
+            with contextlib.suppress(OSError):  # another process won the race: use theirs
+                tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _read_split(target)
+
+
+def _read_split(folder: Path) -> Split:
+    meta = json.loads((folder / "split.json").read_text())
+    valid_path = folder / "valid.parquet"
+    return Split(
+        train=pd.read_parquet(folder / "train.parquet"),
+        test=pd.read_parquet(folder / "test.parquet"),
+        valid=pd.read_parquet(valid_path) if valid_path.is_file() else None,
+        stats=meta["stats"],
+        name=meta["name"],
+        params=meta["params"],
+    )
+
+
+# --------------------------------------------------------------------------------- helpers
+
+
+def _effective_params(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    if method not in METHODS:
+        raise ValueError(f"unknown split method {method!r}; available: {sorted(METHODS)}")
+    sig = inspect.signature(METHODS[method])
+    allowed = [p for p in sig.parameters if p != "df"]
+    unknown = sorted(set(params) - set(allowed) - set(FILTER_PARAMS))
+    if unknown:
+        raise ValueError(
+            f"unknown parameter {unknown[0]!r} for split method {method!r}; "
+            f"allowed: {sorted(allowed) + sorted(FILTER_PARAMS)}"
+        )
+    effective: dict[str, Any] = {}
+    for name in allowed:
+        default = sig.parameters[name].default
+        if name in params:
+            effective[name] = params[name]
+        elif default is not inspect.Parameter.empty:
+            effective[name] = default
+    for name, default in FILTER_PARAMS.items():
+        effective[name] = params.get(name, default)
+    return effective
+
+
+def _check_frame(df: pd.DataFrame) -> None:
+    missing = [c for c in (USER, ITEM, TIMESTAMP) if c not in df.columns]
+    if missing:
+        raise ValueError(
+            f"interactions frame is missing column {missing[0]!r} "
+            f"(got {[str(c) for c in df.columns]}); use harness.data.validate_interactions"
+        )
+    if not pd.api.types.is_integer_dtype(df[TIMESTAMP].dtype):
+        raise ValueError(
+            f"column 'timestamp' must hold int64 epoch seconds (got dtype "
+            f"{df[TIMESTAMP].dtype}); use harness.data.validate_interactions"
+        )
+
+
+def _check_int(value: Any, name: str, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"'{name}' must be an int >= {low} (got {value!r})")
+
+
+def _check_ratios(test_ratio: float, valid_ratio: float) -> None:
+    if not 0.0 < test_ratio < 1.0:
+        raise ValueError(f"'test_ratio' must be in (0, 1) (got {test_ratio!r})")
+    if not 0.0 <= valid_ratio < 1.0 or test_ratio + valid_ratio >= 1.0:
+        raise ValueError(
+            f"'valid_ratio' must be in [0, 1) with test_ratio + valid_ratio < 1 "
+            f"(got {valid_ratio!r} with test_ratio={test_ratio!r})"
+        )
+
+
+def _resolve_time(value: Any, ts: np.ndarray, name: str) -> int:
+    """A cut as epoch seconds: a quantile in (0, 1) of ``ts`` or a date (naive = UTC)."""
+    if isinstance(value, bool):
+        pass
+    elif isinstance(value, float | int | np.floating | np.integer):
+        if 0.0 < float(value) < 1.0:
+            if ts.size == 0:
+                raise ValueError(f"'{name}' is a quantile but the frame is empty")
+            return int(np.quantile(ts, float(value), method="higher"))
+    elif isinstance(value, str | dt.datetime | dt.date | pd.Timestamp):
+        try:
+            stamp = pd.Timestamp(value)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"'{name}' is not a parsable date (got {value!r})") from exc
+        if pd.isna(stamp):
+            raise ValueError(f"'{name}' is not a parsable date (got {value!r})")
+        if stamp.tzinfo is None:
+            stamp = stamp.tz_localize("UTC")
+        seconds = (stamp - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)
+        return int(np.ceil(seconds))
+    raise ValueError(f"'{name}' must be a date string or a quantile in (0, 1) (got {value!r})")
+
+
+def _iso(seconds: int) -> str:
+    return pd.Timestamp(seconds, unit="s", tz="UTC").isoformat()
+
+
+def _codes(s: pd.Series) -> tuple[np.ndarray, int]:
+    codes, uniques = pd.factorize(s, sort=False)
+    return codes.astype(np.int64), len(uniques)
+
+
+def _nunique(s: pd.Series) -> int:
+    return int(s.nunique())
+
+
+def _user_groups(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row order by (user, timestamp, item id, input row) and the start/size of each user run."""
+    n = len(df)
+    ucode, _ = pd.factorize(df[USER], sort=False)
+    icode, _ = pd.factorize(df[ITEM], sort=True)
+    order = np.lexsort((np.arange(n), icode, df[TIMESTAMP].to_numpy(), ucode))
+    u = ucode[order]
+    starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]]) if n else np.empty(0, np.int64)
+    counts = np.diff(np.r_[starts, n]).astype(np.int64)
+    return order, starts, counts
+
+
+def _build(
+    df: pd.DataFrame,
+    is_test: np.ndarray,
+    is_valid: np.ndarray | None,
+    name: str,
+    params: dict[str, Any],
+    extra: dict[str, Any],
+) -> Split:
+    is_train = ~is_test if is_valid is None else ~(is_test | is_valid)
+    train = df[is_train]
+    test = df[is_test]
+    valid = None if is_valid is None else df[is_valid]
+    stats: dict[str, Any] = {
+        "method": name,
+        "n_input_events": len(df),
+        "n_input_users": _nunique(df[USER]),
+        "n_input_items": _nunique(df[ITEM]),
+        **extra,
+        "train_filtered_events": 0,
+        "train_filtered_users": 0,
+        "train_filtered_items": 0,
+    }
+    stats.update(_unseen(test, train, "test", "keep")[1])
+    stats.update(
+        _unseen_zero("valid") if valid is None else _unseen(valid, train, "valid", "keep")[1]
+    )
+    stats["unseen_policy"] = "keep"
+    stats.update(_describe(train, test, valid))
+    return Split(train=train, test=test, valid=valid, stats=stats, name=name, params=params)
+
+
+def _unseen(
+    part: pd.DataFrame, train: pd.DataFrame, prefix: str, policy: str
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    user_seen = part[USER].isin(train[USER].unique()).to_numpy()
+    item_seen = part[ITEM].isin(train[ITEM].unique()).to_numpy()
+    unseen = ~(user_seen & item_seen)
+    stats = {
+        f"{prefix}_unseen_events": int(unseen.sum()),
+        f"{prefix}_unseen_user_events": int((~user_seen).sum()),
+        f"{prefix}_unseen_item_events": int((~item_seen).sum()),
+        f"{prefix}_unseen_users": _nunique(part[USER][~user_seen]),
+        f"{prefix}_unseen_items": _nunique(part[ITEM][~item_seen]),
+        f"{prefix}_dropped_events": 0,
+        f"{prefix}_dropped_users": 0,
+        f"{prefix}_dropped_items": 0,
+    }
+    if policy == "drop" and unseen.any():
+        kept = part[~unseen]
+        stats[f"{prefix}_dropped_events"] = int(unseen.sum())
+        stats[f"{prefix}_dropped_users"] = _nunique(part[USER]) - _nunique(kept[USER])
+        stats[f"{prefix}_dropped_items"] = _nunique(part[ITEM]) - _nunique(kept[ITEM])
+        part = kept
+    return part, stats
+
+
+def _unseen_zero(prefix: str) -> dict[str, Any]:
+    names = ("events", "user_events", "item_events", "users", "items")
+    out: dict[str, Any] = {f"{prefix}_unseen_{n}": 0 for n in names}
+    out.update({f"{prefix}_dropped_{n}": 0 for n in ("events", "users", "items")})
+    return out
+
+
+def _describe(
+    train: pd.DataFrame, test: pd.DataFrame, valid: pd.DataFrame | None
+) -> dict[str, Any]:
+    stats: dict[str, Any] = {}
+    for part_name, part in (("train", train), ("test", test), ("valid", valid)):
+        if part is None:
+            part = train.iloc[:0]
+        ts = part[TIMESTAMP].to_numpy()
+        stats[f"n_{part_name}_events"] = len(part)
+        stats[f"n_{part_name}_users"] = _nunique(part[USER])
+        stats[f"n_{part_name}_items"] = _nunique(part[ITEM])
+        stats[f"{part_name}_time_min"] = int(ts.min()) if ts.size else None
+        stats[f"{part_name}_time_max"] = int(ts.max()) if ts.size else None
+    stats.update(_leakage(train, test))
+    return stats
+
+
+def _leakage(train: pd.DataFrame, test: pd.DataFrame) -> dict[str, float | None]:
+    keys = (
+        "leakage_user_train_after_test",
+        "leakage_mean_train_after_test",
+        "leakage_global_train_after_first_test",
+    )
+    if len(train) == 0 or len(test) == 0:
+        return dict.fromkeys(keys)
+    train_ts = train[TIMESTAMP].to_numpy()
+    test_ts = test[TIMESTAMP].to_numpy()
+    first_test = test.groupby(USER, sort=False)[TIMESTAMP].min()
+    own = train[USER].map(first_test).to_numpy(dtype=np.float64)  # NaN: user has no test
+    user_share = float(np.mean(train_ts > own))  # comparisons with NaN are False
+    sorted_ts = np.sort(train_ts)
+    later = train_ts.size - np.searchsorted(sorted_ts, test_ts, side="right")
+    mean_share = float(np.mean(later) / train_ts.size)
+    global_share = float(np.mean(train_ts > test_ts.min()))
+    return dict(zip(keys, (user_share, mean_share, global_share), strict=True))
