@@ -1,4 +1,4 @@
-"""Log an :class:`~harness.experiment.ExperimentResult` to MLflow: one parent run, one child per model."""
+"""Log an ExperimentResult to MLflow: one parent run, one child run per model."""
 
 from __future__ import annotations
 
