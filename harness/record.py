@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from harness.experiment import ExperimentResult
@@ -31,8 +32,10 @@ def record(
 ) -> dict[str, str]:
     """Log everything; return the run ids (``parent`` and one per model)."""
     data_digest = data_hash(result.dataset.frame)
+    code_repo = git_state(Path(__file__).resolve().parent)
     tags = {
         **git_state(),
+        **{f"harness.{k}": v for k, v in code_repo.items() if not k.startswith("mlflow.")},
         "dataset.name": result.dataset.name,
         "dataset.source": result.dataset.source,
         "dataset.sha256": data_digest,

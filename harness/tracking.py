@@ -144,9 +144,9 @@ class Tracker:
         with warnings.catch_warnings():  # MLflow's schema hint about integer columns: not ours
             warnings.simplefilter("ignore", UserWarning)
             dataset = self._mlflow.data.from_pandas(df, source=where, name=name, digest=digest[:36])
+            entity = dataset._to_mlflow_entity()
         self.client.log_inputs(
-            run_id,
-            [DatasetInput(dataset._to_mlflow_entity(), [InputTag("mlflow.data.context", context)])],
+            run_id, [DatasetInput(entity, [InputTag("mlflow.data.context", context)])]
         )
 
     def log_artifacts(self, run_id: str, folder: str | Path, path: str | None = None) -> None:
