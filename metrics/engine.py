@@ -44,14 +44,19 @@ def _check_columns(df: pd.DataFrame, needed: tuple[str, ...], what: str) -> None
             raise ValueError(f"{what} column {c!r} has a missing id at row {row}")
 
 
+def _plain(value: object) -> object:
+    """Numpy scalars as plain Python values, so messages read ``2`` not ``np.int64(2)``."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _check_finite(values: np.ndarray, df: pd.DataFrame, column: str, what: str) -> None:
     bad = ~np.isfinite(values)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise ValueError(
             f"{what} column {column!r} must be finite numbers: {int(bad.sum())} bad value(s), "
-            f"first {values[row]!r} at row {row} (user {df['user'].iloc[row]!r}, "
-            f"item {df['item'].iloc[row]!r})"
+            f"first {_plain(values[row])!r} at row {row} (user {_plain(df['user'].iloc[row])!r}, "
+            f"item {_plain(df['item'].iloc[row])!r})"
         )
 
 
@@ -132,6 +137,7 @@ class Prepared:
     group_start: np.ndarray  # int[G + 1]
     group_user: np.ndarray  # int[G]: index into users, -1 when not evaluated
     item_values: np.ndarray | None  # decoding of item keys (None: keys are the int ids)
+    truth_items: np.ndarray  # item keys of every truth row, evaluated users or not
     counts: dict[str, int] = field(default_factory=dict)
 
     def item_ids(self, keys: np.ndarray) -> np.ndarray:
@@ -177,6 +183,7 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
     group_user = index.get_indexer(group_ids).astype(np.int64)
     q_code = index.get_indexer(q_user).astype(np.int64)
 
+    truth_items = np.unique(q_item)
     keep = q_code >= 0
     q_code, q_item, rel = q_code[keep], q_item[keep], rel[keep]
     q_keys = q_code * span + (q_item - offset)
@@ -187,7 +194,7 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
         i = by_key[dup[0]]
         raise ValueError(
             f"qrels has {dup.size} duplicate (user, item) row(s); first: user "
-            f"{users[q_code[i]]!r}, item {_decode(item_values, q_item[i])!r}"
+            f"{_plain(users[q_code[i]])!r}, item {_decode(item_values, q_item[i])!r}"
         )
 
     n_users = len(users)
@@ -220,12 +227,13 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
         group_start=group_start,
         group_user=group_user,
         item_values=item_values,
+        truth_items=truth_items,
         counts=counts,
     )
 
 
 def _decode(values: np.ndarray | None, key: int) -> object:
-    return key if values is None else values[key]
+    return _plain(key if values is None else values[key])
 
 
 @dataclass(frozen=True)
@@ -307,7 +315,7 @@ def _check_duplicates(
         row, col = np.argwhere(dup)[0]
         item = int(ordered[row, col]) + prep.item_offset
         raise ValueError(
-            f"run has duplicate (user, item) rows: user {prep.users[users[row]]!r}, item "
+            f"run has duplicate (user, item) rows: user {_plain(prep.users[users[row]])!r}, item "
             f"{_decode(prep.item_values, item)!r} appears more than once"
         )
 

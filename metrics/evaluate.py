@@ -71,6 +71,7 @@ class _Accumulator:
         self.hits: dict[int | None, np.ndarray] = {}
         self.nret: dict[int | None, np.ndarray] = {}
         self.candidates = np.zeros(n)
+        self.user_auc = np.full(n, np.nan)
         self.pooled_scores: list[np.ndarray] = []
         self.pooled_relevant: list[np.ndarray] = []
         self.errors = [np.zeros(n), np.zeros(n), np.zeros(n)]
@@ -97,8 +98,9 @@ class _Accumulator:
                 top = batch.top_items[:, :c]
                 self.top.setdefault(spec.k, []).append(top[valid])
                 if spec.metric in ("novelty", "popularity") and popularity is not None:
-                    ids = self.prep.item_ids(top.ravel())
-                    count = popularity.reindex(ids, fill_value=0).to_numpy().reshape(top.shape)
+                    count = np.zeros(top.shape)
+                    ids = self.prep.item_ids(top[valid])
+                    count[valid] = popularity.reindex(ids, fill_value=0).to_numpy()
                     if spec.metric == "popularity":
                         self.values[name][users] = beyond.popularity(count, valid)
                     else:
@@ -111,6 +113,7 @@ class _Accumulator:
             relevant = np.nan_to_num(batch.labels[cand], nan=0.0) >= thr
             if any(s.definition.kind == "score" for _, s in self.specs):
                 per = scores.auc(local, batch.scores[cand], relevant, len(users))
+                self.user_auc[users] = per
                 for name, spec in self.specs:
                     if spec.metric in ("auc", "gauc"):
                         self.values[name][users] = per
@@ -130,8 +133,7 @@ class _Accumulator:
 
 def _catalog_size(catalog: Any, prep: Prepared, train: pd.DataFrame | None) -> int:
     if catalog is None:
-        truth_keys = prep.q_keys % prep.span + prep.item_offset
-        keys = np.concatenate([np.unique(truth_keys), np.unique(prep.run_items)])
+        keys = np.concatenate([prep.truth_items, np.unique(prep.run_items)])
         parts = [prep.item_ids(keys)]
         if train is not None:
             parts.append(train["item"].to_numpy())
@@ -212,33 +214,40 @@ def _finish(
         if d.kind == "ranking" and d.needs_relevant:
             values[~included] = np.nan
         if d.kind == "ranking" and opts.average == "micro" and spec.metric in _MICRO:
-            hits = acc.hits[spec.k][included].sum()
-            p = hits / max(acc.nret[spec.k][included].sum(), 1)
+            none = np.zeros(len(prep.users))
+            hits = acc.hits.get(spec.k, none)[included].sum()
+            p = hits / max(acc.nret.get(spec.k, none)[included].sum(), 1)
             r = hits / max(prep.n_rel[included].sum(), 1)
             pooled = {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
             summary[name] = float(pooled[spec.metric])
         elif d.aggregation == "sum":
             summary[name] = float(np.nansum(values))
         elif d.kind == "score":
-            counts["auc_undefined_users"] = int(np.isnan(values).sum())
+            counts["auc_undefined_users"] = int(np.isnan(acc.user_auc).sum())
             if spec.metric == "auc":
                 summary[name] = _mean(values)
             elif spec.metric == "gauc":
                 summary[name] = scores.gauc(values, acc.candidates)
             else:
-                summary[name] = scores.global_auc(
-                    np.concatenate(acc.pooled_scores), np.concatenate(acc.pooled_relevant)
+                summary[name] = (
+                    scores.global_auc(
+                        np.concatenate(acc.pooled_scores), np.concatenate(acc.pooled_relevant)
+                    )
+                    if acc.pooled_scores
+                    else float("nan")
                 )
                 values[:] = np.nan
         elif d.kind == "rating":
             sse, sae, n = acc.errors
             counts["rating_pairs"] = int(n.sum())
-            per = np.sqrt(sse / n) if spec.metric == "rmse" else sae / n
+            err = sse if spec.metric == "rmse" else sae
             with np.errstate(invalid="ignore", divide="ignore"):
-                values[:] = np.where(n > 0, per, np.nan)
-            total = sse.sum() if spec.metric == "rmse" else sae.sum()
-            pooled_err = np.sqrt(total / n.sum()) if spec.metric == "rmse" else total / n.sum()
-            summary[name] = float(pooled_err) if n.sum() else float("nan")
+                per = err / n
+                pooled = err.sum() / n.sum() if n.sum() else float("nan")
+            if spec.metric == "rmse":
+                per, pooled = np.sqrt(per), float(np.sqrt(pooled))
+            values[:] = np.where(n > 0, per, np.nan)
+            summary[name] = float(pooled)
         elif d.kind == "run" and d.aggregation == "pooled":
             top = np.concatenate(acc.top.get(spec.k, [np.zeros(0, np.int64)]))
             size = _catalog_size(catalog, prep, train)

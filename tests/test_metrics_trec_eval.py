@@ -1,0 +1,284 @@
+"""Reproduce trec_eval 10.0's own expected outputs with the ``trec_eval`` preset, and the CLI.
+
+The reference files must be present: a missing folder makes these tests fail, never skip.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from trec_reference import REFERENCE, our_name, read_expected
+
+import metrics
+
+# (expected output, qrels, run, options on top of preset="trec_eval")
+CASES = {
+    "out.test.aq": ("qrels.test", "results.test", {}),
+    "out.test.aqc": ("qrels.test", "results.trunc", {"user_set": "truth"}),
+    "out.test.aql": ("qrels.rel_level", "results.test", {"relevance_threshold": 2}),
+    "out.comment.test": ("qrels.comment.test", "results.comment.test", {}),
+}
+
+# Measures METRICS.md requires (for the -m all_trec outputs)
+CUTS = (5, 10, 15, 20, 30, 100, 200, 500, 1000)
+REQUIRED = {
+    "num_ret",
+    "num_rel",
+    "num_rel_ret",
+    "map",
+    "Rprec",
+    "recip_rank",
+    "ndcg",
+    *(f"P_{k}" for k in CUTS),
+    *(f"recall_{k}" for k in CUTS),
+    *(f"ndcg_cut_{k}" for k in CUTS),
+    *(f"map_cut_{k}" for k in CUTS),
+    "success_1",
+    "success_5",
+    "success_10",
+}
+# out.comment.test is trec_eval's default summary (no -m all_trec)
+REQUIRED_COMMENT = {
+    "num_ret",
+    "num_rel",
+    "num_rel_ret",
+    "map",
+    "Rprec",
+    "recip_rank",
+    *(f"P_{k}" for k in CUTS),
+}
+
+
+def close_to_printed(value: float, printed: float) -> bool:
+    """trec_eval prints 4 decimals: our value rounded to 4 must be the printed one."""
+    return abs(round(value, 4) - printed) <= 1e-9 or abs(value - printed) <= 5e-5
+
+
+def test_reference_folder_is_present():
+    assert REFERENCE.is_dir(), f"trec_eval reference folder missing: {REFERENCE}"
+    for name, (qrels, run, _) in CASES.items():
+        for f in (name, qrels, run):
+            assert (REFERENCE / f).is_file(), f"missing reference file {REFERENCE / f}"
+
+
+@pytest.fixture(scope="module")
+def evaluations():
+    """One evaluation per reference case, over every measure the expected output has."""
+    out = {}
+    for name, (qrels_file, run_file, options) in CASES.items():
+        expected = read_expected(name)
+        qrels = metrics.read_trec_qrels(REFERENCE / qrels_file)
+        run = metrics.read_trec_run(REFERENCE / run_file)
+        names = sorted(set(expected["ours"]))
+        out[name] = (expected, metrics.evaluate(qrels, run, names, preset="trec_eval", **options))
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_reproduces_trec_eval_output(name, evaluations):
+    expected, ev = evaluations[name]
+    required = REQUIRED_COMMENT if name == "out.comment.test" else REQUIRED
+    assert required <= set(expected["measure"]), "reference lacks measures METRICS.md requires"
+    mismatches = []
+    for row in expected.itertuples(index=False):
+        if row.query == "all":
+            got = ev.summary[row.ours]
+        else:
+            assert row.query in ev.per_user.index, f"query {row.query} missing from per_user"
+            got = ev.per_user.loc[row.query, row.ours]
+        if not close_to_printed(float(got), row.value):
+            mismatches.append(f"{row.measure} {row.query}: expected {row.value}, got {got!r}")
+    assert not mismatches, "\n".join(mismatches)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_query_of_the_reference_is_evaluated(name, evaluations):
+    expected, ev = evaluations[name]
+    queries = set(expected["query"]) - {"all"}
+    if name == "out.comment.test":
+        assert not queries  # a summary-only output (no -q)
+    else:
+        assert set(map(str, ev.per_user.index)) == queries
+    # num_q: the number of queries trec_eval averaged over
+    num_q = [
+        line.split()
+        for line in (REFERENCE / name).read_text().splitlines()
+        if line.startswith("num_q")
+    ]
+    assert len(num_q) == 1
+    assert ev.counts["users"] == int(num_q[0][2])
+
+
+def test_aqc_missing_topic_scores_zero(evaluations):
+    # results.trunc has no line for topic 302: with -c (user_set=truth) it counts as 0
+    _, ev = evaluations["out.test.aqc"]
+    assert ev.counts["users_missing_from_run"] == 1
+    row = ev.per_user.loc["302"]
+    assert row["map"] == 0.0
+    assert row["num_ret"] == 0.0
+    assert row["num_rel"] == 77  # out.test.aqc: num_rel 302 77
+    assert abs(ev.summary["map"] - 0.1016) <= 5e-5
+
+
+def test_without_c_the_missing_topic_is_dropped():
+    qrels = metrics.read_trec_qrels(REFERENCE / "qrels.test")
+    run = metrics.read_trec_run(REFERENCE / "results.trunc")
+    ev = metrics.evaluate(qrels, run, ["map", "num_ret"], preset="trec_eval")
+    assert sorted(ev.per_user.index) == ["301", "303"]
+    # per-query values of out.test.aqc, averaged over the two topics trec_eval would keep
+    assert abs(ev.summary["map"] - (0.0324 + 0.2723) / 2) <= 1e-4
+    assert ev.summary["num_ret"] == 584
+
+
+def test_reference_names_map_to_ours():
+    assert our_name("P_5") == "precision@5"
+    assert our_name("map_cut_10") == "ap@10"
+    assert our_name("success_1") == "hit_rate@1"
+    assert our_name("bpref") is None
+    for measure, ours in [
+        ("P_5", "precision@5"),
+        ("map_cut_10", "ap@10"),
+        ("ndcg_cut_20", "ndcg@20"),
+        ("recall_100", "recall@100"),
+        ("success_5", "hit_rate@5"),
+        ("recip_rank", "mrr"),
+        ("Rprec", "r_precision"),
+    ]:
+        assert str(metrics.parse(measure)) == ours
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------
+def run_cli(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "metrics", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_trec_eval_preset(tmp_path):
+    out = tmp_path / "per_user.csv"
+    proc = run_cli(
+        REFERENCE / "qrels.test",
+        REFERENCE / "results.test",
+        "--preset",
+        "trec_eval",
+        "-m",
+        "map",
+        "P_5",
+        "ndcg",
+        "--per-user",
+        out,
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = read_expected("out.test.aq")
+    printed = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in ("map", "P_5", "ndcg"):
+            printed[parts[0]] = float(parts[1])
+    assert set(printed) == {"map", "P_5", "ndcg"}
+    for measure, value in printed.items():
+        ref = expected[(expected["measure"] == measure) & (expected["query"] == "all")]
+        assert len(ref) == 1
+        assert close_to_printed(value, float(ref["value"].iloc[0])), (measure, value)
+    assert "preset=trec_eval" in proc.stdout
+
+    assert out.is_file()
+    table = pd.read_csv(out, dtype={"user": str}).set_index("user")
+    assert list(table.columns) == ["map", "P_5", "ndcg"]
+    assert sorted(table.index) == ["301", "302", "303"]
+    for measure in ("map", "P_5", "ndcg"):
+        ref = expected[(expected["measure"] == measure) & (expected["query"] != "all")]
+        for query, value in zip(ref["query"], ref["value"], strict=True):
+            assert close_to_printed(float(table.loc[query, measure]), value), (measure, query)
+
+
+def test_cli_csv_input(tmp_path):
+    qrels = tmp_path / "qrels.csv"
+    run = tmp_path / "run.csv"
+    pd.DataFrame({"user": [1, 1], "item": [10, 11], "relevance": [1, 1]}).to_csv(qrels, index=False)
+    pd.DataFrame({"user": [1, 1, 1], "item": [12, 10, 11], "score": [0.9, 0.8, 0.1]}).to_csv(
+        run, index=False
+    )
+    proc = run_cli(qrels, run, "-m", "mrr", "precision@2")
+    assert proc.returncode == 0, proc.stderr
+    values = {
+        p[0]: float(p[1])
+        for p in (line.split() for line in proc.stdout.splitlines())
+        if len(p) == 2 and p[0] in ("mrr", "precision@2")
+    }
+    # rel: 0 1 1 → mrr 1/2, P@2 = 1/2
+    assert values == {"mrr": 0.5, "precision@2": 0.5}
+
+
+def _nan_csv(tmp_path):
+    qrels = tmp_path / "qrels.csv"
+    run = tmp_path / "run.csv"
+    pd.DataFrame({"user": [1], "item": [10], "relevance": [1]}).to_csv(qrels, index=False)
+    pd.DataFrame({"user": [1, 1], "item": [10, 11], "score": [0.5, np.nan]}).to_csv(
+        run, index=False
+    )
+    return qrels, run
+
+
+@pytest.mark.parametrize(
+    ("case", "pattern"),
+    [
+        ("unknown_metric", "unknown metric 'no_such_metric'"),
+        ("missing_file", "no_such_file"),
+        ("nan_score", "score"),
+    ],
+)
+def test_cli_bad_input_exits_2(tmp_path, case, pattern):
+    qrels, run = REFERENCE / "qrels.test", REFERENCE / "results.test"
+    metric = "map"
+    if case == "unknown_metric":
+        metric = "no_such_metric"
+    elif case == "missing_file":
+        run = tmp_path / "no_such_file.txt"
+    else:
+        qrels, run = _nan_csv(tmp_path)
+    proc = run_cli(qrels, run, "-m", metric)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ")
+    assert pattern in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_relevance_threshold_reproduces_aql():
+    proc = run_cli(
+        REFERENCE / "qrels.rel_level",
+        REFERENCE / "results.test",
+        "--preset",
+        "trec_eval",
+        "--relevance-threshold",
+        "2",
+        "-m",
+        "P_5",
+        "map",
+        "num_rel",
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = read_expected("out.test.aql")
+    printed = {
+        p[0]: float(p[1])
+        for p in (line.split() for line in proc.stdout.splitlines())
+        if len(p) == 2 and p[0] in ("P_5", "map", "num_rel")
+    }
+    assert set(printed) == {"P_5", "map", "num_rel"}
+    for measure, value in printed.items():
+        ref = expected[(expected["measure"] == measure) & (expected["query"] == "all")]
+        assert close_to_printed(value, float(ref["value"].iloc[0])), (measure, value)
+    assert "relevance_threshold=2.0" in proc.stdout
