@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from harness.errors import DataError
 
@@ -241,8 +243,16 @@ def _normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
         return s.astype(str)
     text = s.astype(str)
     if text.str.fullmatch(_INT_TEXT).all():
-        return text.astype(np.int64)
+        return pd.Series(_text_to_int64(text), index=s.index)
     return text
+
+
+def _text_to_int64(text: pd.Series) -> np.ndarray:
+    """Parse validated decimal text to int64 (Arrow's cast is ~10x faster than ``astype``)."""
+    try:
+        return pc.cast(pa.array(text.array), pa.int64()).to_numpy(zero_copy_only=False)
+    except (pa.ArrowException, TypeError, ValueError):
+        return text.astype(np.int64).to_numpy()
 
 
 def _normalize_timestamps(s: pd.Series, source: str, label: str) -> np.ndarray:
@@ -276,7 +286,7 @@ def _normalize_timestamps(s: pd.Series, source: str, label: str) -> np.ndarray:
     result = np.zeros(len(s), dtype=np.int64)
     is_epoch = text.str.fullmatch(_EPOCH_TEXT).to_numpy(dtype=bool)
     if is_epoch.any():
-        result[is_epoch] = text[is_epoch].astype(np.int64).to_numpy()
+        result[is_epoch] = _text_to_int64(text[is_epoch].str.lstrip("+"))
     if not is_epoch.all():
         dates = text[~is_epoch]
         parsed = pd.to_datetime(dates, errors="coerce", utc=True)
@@ -303,7 +313,11 @@ def _normalize_ratings(
     if pd.api.types.is_numeric_dtype(s.dtype):
         v = s.to_numpy(dtype=np.float64)
     else:
-        v = pd.to_numeric(s.astype(str).str.strip(), errors="coerce").to_numpy(dtype=np.float64)
+        text = s.astype(str)
+        try:  # fast path: Arrow parses clean decimal text; anything odd goes to pandas
+            v = pc.cast(pa.array(text.array), pa.float64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowException, TypeError, ValueError):
+            v = pd.to_numeric(text.str.strip(), errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(v)
     if bad.any():
         raise _fail(source, label, bad, "non-numeric or non-finite rating(s)", s)

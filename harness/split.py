@@ -102,7 +102,11 @@ def global_time(
     extra: dict[str, Any] = {"cut": cut_s, "cut_iso": _iso(cut_s)}
     if valid_cut is not None:
         valid_s = _resolve_time(valid_cut, ts, "valid_cut")
-        if valid_s >= cut_s:
+        both_quantiles = _is_quantile(cut) and _is_quantile(valid_cut)
+        # two quantiles may resolve to one timestamp on small data: validation is then empty
+        if (both_quantiles and float(valid_cut) >= float(cut)) or (  # type: ignore[arg-type]
+            not both_quantiles and valid_s >= cut_s
+        ):
             raise ValueError(
                 f"'valid_cut' must be earlier than 'cut' (got valid_cut={_iso(valid_s)} "
                 f">= cut={_iso(cut_s)})"
@@ -422,6 +426,14 @@ def _check_ratios(test_ratio: float, valid_ratio: float) -> None:
             f"'valid_ratio' must be in [0, 1) with test_ratio + valid_ratio < 1 "
             f"(got {valid_ratio!r} with test_ratio={test_ratio!r})"
         )
+
+
+def _is_quantile(value: Any) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, float | int | np.floating | np.integer)
+        and 0.0 < float(value) < 1.0
+    )
 
 
 def _resolve_time(value: Any, ts: np.ndarray, name: str) -> int:

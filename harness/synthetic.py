@@ -2,9 +2,9 @@
 
 The generative story, all numpy-vectorized:
 
-- items belong to ``n_clusters`` (at most ``n_items``) equal-sized taste clusters and have a Zipf-like popularity
-  weight ``1 / rank ** popularity_exponent`` (ranks are a random permutation, independent of
-  clusters);
+- items belong to ``n_clusters`` (at most ``n_items``) equal-sized taste clusters and have a
+  Zipf-like popularity weight ``1 / rank ** popularity_exponent`` (ranks are a random
+  permutation, independent of clusters);
 - every user has a primary and a secondary cluster; each event is, with probability ``taste``,
   drawn from the user's clusters (primary 70 %, secondary 30 %) by popularity within the
   cluster, otherwise from global popularity;

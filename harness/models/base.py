@@ -82,9 +82,7 @@ def _topk_sorted(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return cols, np.take_along_axis(scores, cols, axis=1)
 
 
-def _select_ordered(
-    vals: np.ndarray, cols: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
+def _select_ordered(vals: np.ndarray, cols: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` of each row of ``vals`` whose ``cols`` ascend along the row; ties: lowest col.
 
     Finds the k-th largest value with ``np.partition``, keeps everything above it plus the

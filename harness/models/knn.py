@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from tqdm.auto import tqdm
 
 from harness.models.base import _BLOCK_ELEMENTS, BaseRecommender, topk_rows
 
@@ -49,18 +50,18 @@ class ItemKNN(BaseRecommender):
         n_items = matrix.shape[1]
         by_item = matrix.tocsc()
         counts = self.item_popularity_
-        root = np.sqrt(counts)
         width = min(self.k_neighbors, n_items)
         step = max(1, _BLOCK_ELEMENTS // n_items)
         rows, cols, vals = [], [], []
-        for start in range(0, n_items, step):
+        blocks = range(0, n_items, step)
+        for start in tqdm(blocks, disable=not self.progress, desc="ItemKNN fit", unit="block"):
             stop = min(start + step, n_items)
             # c_ij for the block's items i (rows) and all items j, sparse; similarity computed
             # on the stored entries only, then densified for the top-k.
             co = (by_item[:, start:stop].T @ matrix).tocoo()
             i, j, c = co.row, co.col, co.data
             if self.similarity == "cosine":
-                s = c / (root[start + i] * root[j] + self.shrink)
+                s = c / (np.sqrt(counts[start + i] * counts[j]) + self.shrink)
             else:
                 s = c / (counts[start + i] + counts[j] - c + self.shrink)
             s[start + i == j] = 0.0  # no self-similarity
