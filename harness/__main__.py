@@ -1,5 +1,5 @@
 """Entry point of ``python -m harness``."""
 
-from harness.cli import main
+from harness.cli import entry
 
-main()
+entry()

@@ -11,13 +11,13 @@ import inspect
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 from harness.datasets import load_dataset
 from harness.errors import DataError
@@ -29,13 +29,16 @@ EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
 
 
 def build_models(cfg: DictConfig, progress: bool) -> dict[str, Recommender]:
-    """Instantiate every selected model (``model=[a,b]``), passing ``progress`` where accepted."""
+    """Instantiate every selected model (``model=[a,b]``), passing the run-wide ``progress`` and
+    ``engine.batch_users`` to models whose constructor accepts them."""
+    shared = {"progress": progress, "batch_size": cfg.get("engine", {}).get("batch_users")}
     models: dict[str, Recommender] = {}
     for name, node in (cfg.get("model") or {}).items():
-        extra: dict[str, Any] = {}
-        target = node.get("_target_")
-        if target and "progress" in inspect.signature(get_class(target)).parameters:
-            extra["progress"] = progress
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        if not target:
+            raise ValueError(f"model {name!r} has no _target_ (the class to build)")
+        accepted = inspect.signature(get_class(target)).parameters
+        extra = {k: v for k, v in shared.items() if k in accepted and k not in node}
         models[str(name)] = instantiate(node, **extra)
     if not models:
         raise ValueError("no model selected: use e.g. model=[popularity,item_knn]")
@@ -76,8 +79,10 @@ def run(cfg: DictConfig) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     suite = suite_of(cfg)
     models = build_models(cfg, progress)
-    dataset = load_dataset(OmegaConf.to_container(cfg.dataset, resolve=True))  # type: ignore[arg-type]
-    split_params = OmegaConf.to_container(cfg.split, resolve=True)
+    dataset = load_dataset(
+        OmegaConf.to_container(cfg.dataset, resolve=True, throw_on_missing=True)  # type: ignore[arg-type]
+    )
+    split_params = OmegaConf.to_container(cfg.split, resolve=True, throw_on_missing=True)
     assert isinstance(split_params, dict)
     method = split_params.pop("method")
     split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
@@ -121,15 +126,28 @@ def run(cfg: DictConfig) -> int:
     return code
 
 
+_worst = {"code": 0}
+
+
 @hydra.main(version_base=None, config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
     """Hydra entry point; one-line errors and exit code 2 for bad input unless ``debug=true``."""
     try:
         code = run(cfg)
-    except (DataError, ValueError, FileNotFoundError) as err:
+    except (DataError, ValueError, FileNotFoundError, MissingMandatoryValue) as err:
         if cfg.get("debug"):
             raise
-        print(f"error: {err}", file=sys.stderr)
+        message = str(err).splitlines()[0]
+        if isinstance(err, MissingMandatoryValue):
+            message = f"'{err.full_key}' must be set, e.g. python -m harness {err.full_key}=..."
+        print(f"error: {message}", file=sys.stderr)
         code = EXIT_BAD_INPUT
+    _worst["code"] = max(_worst["code"], code)
     if code and HydraConfig.get().mode != RunMode.MULTIRUN:
         sys.exit(code)
+
+
+def entry() -> None:
+    """Run :func:`main`; a multirun exits with the worst code of its jobs."""
+    main()
+    sys.exit(_worst["code"])

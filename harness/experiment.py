@@ -45,7 +45,12 @@ class MetricSuite:
                 f"'metrics.relevance' must be 'binary' or 'rating' (got {self.relevance!r})"
             )
         for name in self.names:  # fail before any model runs
-            metrics.parse(name)
+            spec = metrics.parse(name)
+            if spec.k is not None and spec.k > self.k:
+                raise ValueError(
+                    f"metric {name!r} needs lists of {spec.k} items but 'metrics.k' is {self.k}; "
+                    f"raise metrics.k or lower the cutoff"
+                )
         metrics.resolve_options(**self.evaluate_options())
 
     def evaluate_options(self) -> dict[str, Any]:

@@ -24,13 +24,15 @@ _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_VALUE = 1000, 100, 6000
 def metric_key(name: str) -> str:
     """MLflow-safe key for a metric name: ``ndcg@10`` → ``ndcg_at_10``.
 
-    MLflow accepts letters, digits and ``_ - . / space :``; anything else becomes ``_``.
+    MLflow accepts letters, digits and ``_ - . / space :``; anything else, and ``/`` (a path
+    separator to MLflow), becomes ``_``.
 
     >>> metric_key("ndcg@10"), metric_key("P_5"), metric_key("gsb.delta(ndcg@10)")
     ('ndcg_at_10', 'P_5', 'gsb.delta_ndcg_at_10_')
     """
     key = re.sub(r"@(\d+)", r"_at_\1", name.strip()).replace("@", "_at_")
-    return re.sub(r"[^\w\-./ :]", "_", key)[:250]
+    # `/` would make MLflow treat the key as a path (no `//`, no leading or trailing `/`).
+    return re.sub(r"[^\w\-. :]", "_", key)[:250]
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,0 +1,337 @@
+"""The MLflow adapter: safe keys, flattening, batched logging, and one run against a real server."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import metrics
+from harness.tracking import Tracker, flatten, metric_key
+
+# MLflow's rule for metric and param names (mlflow.utils.validation, non-Windows), anchored.
+MLFLOW_KEY = re.compile(r"[\w\-./ :]+")
+
+pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")
+
+
+# ------------------------------------------------------------------------------ metric_key
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("ndcg@10", "ndcg_at_10"),
+        ("recall@20", "recall_at_20"),
+        ("precision@5", "precision_at_5"),
+        ("map", "map"),
+        ("r_precision", "r_precision"),
+        ("P_5", "P_5"),
+        ("ndcg_cut_10", "ndcg_cut_10"),
+        ("recip_rank", "recip_rank"),
+        ("ndcg@k", "ndcg_at_k"),
+        ("ndcg@", "ndcg_at_"),
+        ("  ndcg@10 ", "ndcg_at_10"),
+        ("item_knn.ndcg@10", "item_knn.ndcg_at_10"),
+        ("split.n_test_events", "split.n_test_events"),
+        ("time.fit_seconds", "time.fit_seconds"),
+        ("gsb.delta(ndcg@10)", "gsb.delta_ndcg_at_10_"),
+        ("hit-rate@5", "hit-rate_at_5"),
+        ("a b/c:d", "a b_c:d"),
+        ("ndcg@10%", "ndcg_at_10_"),
+        ("mrr#1!", "mrr_1_"),
+        ("x" * 300, "x" * 250),
+    ],
+)
+def test_metric_key_table(name: str, expected: str) -> None:
+    assert metric_key(name) == expected
+    assert MLFLOW_KEY.fullmatch(metric_key(name))
+
+
+@given(st.text(min_size=1, max_size=400).filter(lambda s: s.strip()))
+def test_metric_key_is_always_an_allowed_mlflow_key(name: str) -> None:
+    key = metric_key(name)
+    assert MLFLOW_KEY.fullmatch(key), (name, key)
+    assert len(key) <= 250
+
+
+def test_registry_metric_names_map_to_distinct_keys() -> None:
+    names = [f"{m}@10" for m in metrics.list_metrics()]
+    assert len(names) == len(set(names)) > 10
+    keys = [metric_key(n) for n in names]
+    assert all(MLFLOW_KEY.fullmatch(k) for k in keys)
+    assert all("@" not in k for k in keys)
+    assert len(set(keys)) == len(keys)
+    # plain names (no cutoff) do not collide with the @10 ones either
+    plain = [metric_key(m) for m in metrics.list_metrics()]
+    assert len(set(plain) | set(keys)) == len(plain) + len(keys)
+
+
+# --------------------------------------------------------------------------------- flatten
+
+
+def test_flatten_nested_config() -> None:
+    tree = {
+        "split": {"method": "loo", "valid": False, "filters": {"kcore": 5}},
+        "metrics": {"names": ["ndcg@10", "map@10"], "k": 10},
+        "seed": 0,
+        "tracking": {"uri": None},
+    }
+    assert flatten(tree) == {
+        "split.method": "loo",
+        "split.valid": False,
+        "split.filters.kcore": 5,
+        "metrics.names": ["ndcg@10", "map@10"],
+        "metrics.k": 10,
+        "seed": 0,
+        "tracking.uri": None,
+    }
+
+
+def test_flatten_prefix_and_empty_mapping() -> None:
+    assert flatten({"k_neighbors": 7, "opts": {}}, "model.") == {
+        "model.k_neighbors": 7,
+        "model.opts": {},
+    }
+    assert flatten({}) == {}
+
+
+@given(
+    st.recursive(
+        st.integers() | st.text(max_size=3) | st.none(),
+        lambda kids: st.dictionaries(st.text("abc", min_size=1, max_size=3), kids, max_size=3),
+        max_leaves=12,
+    ).filter(lambda t: isinstance(t, dict))
+)
+def test_flatten_keeps_every_leaf_once(tree: dict) -> None:
+    def leaves(node: object, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], object]]:
+        if isinstance(node, dict) and node:
+            return [x for k, v in node.items() for x in leaves(v, (*path, k))]
+        return [(path, node)]
+
+    flat = flatten(tree)
+    expected = leaves(tree, ()) if tree else []
+    # keys made of "abc" contain no dot, so the joined path is unambiguous
+    assert flat == {".".join(p): v for p, v in expected}
+
+
+# ------------------------------------------------------------------- Tracker on sqlite store
+
+
+def test_tracker_batches_more_than_1000_metrics(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/store/t.db"
+    tracker = Tracker(uri, "batching", tmp_path / "art")
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("batching")
+    assert exp.artifact_location == (tmp_path / "art").resolve().as_uri()
+
+    parent = tracker.start("parent", {"kind": "test"})
+    run = tracker.start("child", {"kind": "test"}, parent=parent)
+
+    values: dict[str, float | None] = {f"m@{i}": i / 7 for i in range(2500)}
+    values["skipped_nan@1"] = float("nan")
+    values["skipped_none@1"] = None
+    params = {f"p.{i}": i for i in range(250)}
+    params["long"] = "x" * 7000
+    tags = {f"t.{i}": f"v{i}" for i in range(150)}
+    tracker.log(run, metrics=values, params=params, tags=tags)
+    tracker.finish(run, "FINISHED")
+    tracker.finish(parent, "FAILED")
+
+    got = client.get_run(run)
+    assert len(got.data.metrics) == 2500
+    assert got.data.metrics["m_at_1234"] == pytest.approx(1234 / 7)
+    assert "skipped_nan_at_1" not in got.data.metrics
+    assert "skipped_none_at_1" not in got.data.metrics
+    assert len(got.data.params) == 251
+    assert got.data.params["p.249"] == "249"
+    assert len(got.data.params["long"]) == 6000
+    assert all(got.data.tags[f"t.{i}"] == f"v{i}" for i in range(150))
+    assert got.data.tags["mlflow.parentRunId"] == parent
+    assert got.data.tags["kind"] == "test"
+    assert got.info.status == "FINISHED"
+    assert client.get_run(parent).info.status == "FAILED"
+    assert "mlflow.parentRunId" not in client.get_run(parent).data.tags
+
+    # A second Tracker finds the existing experiment instead of creating another.
+    again = Tracker(uri, "batching", tmp_path / "elsewhere")
+    assert again.experiment_id == exp.experiment_id
+
+
+def test_tracker_logs_dataset_input_and_artifacts(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/t.db"
+    tracker = Tracker(uri, "inputs", tmp_path / "art")
+    run = tracker.start("r")
+    frame = pd.DataFrame({"user": [1, 2, 2], "item": [5, 6, 7], "timestamp": [1, 2, 3]})
+    tracker.log_input(
+        run,
+        frame,
+        name="tiny-training",
+        context="training",
+        digest="d" * 64,
+        source="synthetic:{'n_users': 2}",
+    )
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a.txt").write_text("hello")
+    tracker.log_artifacts(run, tmp_path / "out")
+    tracker.finish(run)
+    client = MlflowClient(uri)
+    (inp,) = client.get_run(run).inputs.dataset_inputs
+    assert inp.dataset.name == "tiny-training"
+    assert inp.dataset.digest == "d" * 36
+    assert [(t.key, t.value) for t in inp.tags] == [("mlflow.data.context", "training")]
+    assert '"num_rows": 3' in inp.dataset.profile
+    assert [f.path for f in client.list_artifacts(run)] == ["a.txt"]
+
+
+def test_metric_key_output_is_accepted_by_mlflow_for_path_like_names(tmp_path: Path) -> None:
+    tracker = Tracker(f"sqlite:///{tmp_path}/t.db", "paths")
+    run = tracker.start("r")
+    tracker.log(run, metrics={"gsb/ndcg@10/": 1.0, "a//b": 2.0})
+
+
+# --------------------------------------------------------------- a real MLflow tracking server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            return resp.status == 200 and resp.read().strip() == b"OK"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def mlflow_server(tmp_path: Path) -> Iterator[str]:
+    """``mlflow server`` on 127.0.0.1:<free port> with sqlite and proxied artifacts in tmp_path."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "server.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path}/srv.db",
+            "--artifacts-destination",
+            str(tmp_path / "art"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _healthy(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                tail = (tmp_path / "server.log").read_text()[-3000:]
+                pytest.fail(f"mlflow server did not become healthy (exit {proc.poll()}):\n{tail}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
+        log.close()
+
+
+@pytest.mark.slow
+def test_cli_logs_to_a_real_tracking_server(mlflow_server: str, tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "dataset.n_users=300",
+            "dataset.n_items=200",
+            "dataset.n_events=6000",
+            "progress=false",
+            "model=[random,popularity]",
+            "tracking=server",
+            f"tracking.uri={mlflow_server}",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"},
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    assert not (work / "runs" / "mlflow.db").exists()  # nothing logged locally
+    folder = work / re.search(r"^results: (.+)$", proc.stdout, re.MULTILINE).group(1).strip()
+    local = pd.read_csv(folder / "summary.csv", index_col="model")
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    exp = client.get_experiment_by_name("offline-eval")
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.info.run_id in proc.stdout
+    assert parent.data.params["split.method"] == "global_time"
+    assert parent.data.tags["dataset.name"] == "synthetic"
+    children = {r.info.run_name: r for r in runs if r is not parent}
+    assert set(children) == {"random", "popularity"}
+    for name, child in children.items():
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.info.status == "FINISHED"
+        for metric in ("ndcg@10", "recall@10", "map@10"):
+            got = child.data.metrics[metric.replace("@", "_at_")]
+            assert math.isclose(got, local.loc[name, metric], rel_tol=1e-12), (name, metric)
+
+    child = children["popularity"]
+    dst = tmp_path / "download"
+    dst.mkdir()
+    path = client.download_artifacts(child.info.run_id, "per_user.parquet", str(dst))
+    per_user = pd.read_parquet(path)
+    assert "ndcg@10" in per_user.columns
+    assert len(per_user) > 0
+    saved = pd.read_parquet(folder / "popularity" / "per_user.parquet")
+    pd.testing.assert_frame_equal(per_user, saved)
+    # the server stored the artifacts under its --artifacts-destination
+    assert list((tmp_path / "art").rglob("per_user.parquet"))
