@@ -19,6 +19,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from harness.candidates import SAMPLED_WARNING, CandidateSpec, build_candidates
 from harness.datasets import load_dataset
 from harness.errors import DataError
 from harness.experiment import ExperimentResult, MetricSuite, run_models
@@ -28,21 +29,30 @@ from harness.split import load_or_make_split, split_cache_key
 EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
 
 
-def build_models(cfg: DictConfig, progress: bool) -> dict[str, Recommender]:
+def build_models(cfg: DictConfig, progress: bool) -> tuple[dict[str, Recommender], dict[str, str]]:
     """Instantiate every selected model (``model=[a,b]``), passing the run-wide ``progress`` and
-    ``engine.batch_users`` to models whose constructor accepts them."""
+    ``engine.batch_users`` where accepted; a model that cannot be built is returned as an error
+    so the others still run."""
     shared = {"progress": progress, "batch_size": cfg.get("engine", {}).get("batch_users")}
     models: dict[str, Recommender] = {}
+    errors: dict[str, str] = {}
     for name, node in (cfg.get("model") or {}).items():
         target = node.get("_target_") if isinstance(node, DictConfig) else None
         if not target:
             raise ValueError(f"model {name!r} has no _target_ (the class to build)")
-        accepted = inspect.signature(get_class(target)).parameters
-        extra = {k: v for k, v in shared.items() if k in accepted and k not in node}
-        models[str(name)] = instantiate(node, **extra)
-    if not models:
+        try:
+            accepted = inspect.signature(get_class(target)).parameters
+            extra = {k: v for k, v in shared.items() if k in accepted and k not in node}
+            models[str(name)] = instantiate(node, **extra)
+        except MissingMandatoryValue:
+            raise
+        except Exception as err:  # one model's bad class or params must not stop the others
+            if cfg.get("debug"):
+                raise
+            errors[str(name)] = f"could not build {target}: {type(err).__name__}: {err}"
+    if not models and not errors:
         raise ValueError("no model selected: use e.g. model=[popularity,item_knn]")
-    return models
+    return models, errors
 
 
 def suite_of(cfg: DictConfig) -> MetricSuite:
@@ -67,6 +77,8 @@ def format_summary(result: ExperimentResult) -> str:
         "",
         result.table().to_string(float_format=lambda v: f"{v:.4f}", na_rep="failed"),
     ]
+    for name, outcome in result.outcomes.items():
+        lines += [f"note ({name}): {note}" for note in outcome.notes]
     for name in result.failed:
         lines.append(f"\nmodel {name!r} FAILED: {result.outcomes[name].error}")
     return "\n".join(lines)
@@ -78,7 +90,7 @@ def run(cfg: DictConfig) -> int:
     runs_dir = Path(cfg.runs_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     suite = suite_of(cfg)
-    models = build_models(cfg, progress)
+    models, load_errors = build_models(cfg, progress)
     dataset = load_dataset(
         OmegaConf.to_container(cfg.dataset, resolve=True, throw_on_missing=True)  # type: ignore[arg-type]
     )
@@ -90,7 +102,27 @@ def run(cfg: DictConfig) -> int:
     folder = runs_dir / "results" / str(cfg.name) / f"{stamp}-{key[:8]}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    result = run_models(dataset, split, models, suite, folder, progress=progress)
+    cand_spec = CandidateSpec(
+        **OmegaConf.to_container(
+            cfg.candidates,
+            resolve=True,  # type: ignore[arg-type]
+            throw_on_missing=True,
+        )
+    )
+    candidates, cand_stats = build_candidates(cand_spec, split, runs_dir / "splits" / key)
+    if cand_spec.kind == "sampled":
+        print(f"WARNING: {SAMPLED_WARNING}", file=sys.stderr)
+    result = run_models(
+        dataset,
+        split,
+        models,
+        suite,
+        folder,
+        progress=progress,
+        candidates=candidates,
+        load_errors=load_errors,
+    )
+    result.candidates = cand_stats
     print(format_summary(result))
     print(f"\nresults: {folder}")
     code = EXIT_MODEL_FAILED if result.failed else 0

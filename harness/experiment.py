@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 import metrics
 from harness.datasets import Dataset
-from harness.models import Recommender, padding_mask
+from harness.models import PAD_ITEM_INT, PAD_ITEM_OBJECT, Recommender, padding_mask
 from harness.split import Split
 
 __all__ = ["ExperimentResult", "MetricSuite", "ModelOutcome", "qrels_from_test", "run_models"]
@@ -68,6 +68,8 @@ class ModelOutcome:
     recommendations: pd.DataFrame | None = None
     error: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -85,6 +87,7 @@ class ExperimentResult:
     outcomes: dict[str, ModelOutcome]
     folder: Path
     options: dict[str, Any] = field(default_factory=dict)
+    candidates: dict[str, Any] = field(default_factory=lambda: {"candidates.kind": "full"})
 
     def table(self) -> pd.DataFrame:
         """Model × metric summary (failed models as a row of NaN)."""
@@ -126,20 +129,102 @@ def _recommendations(users: np.ndarray, ids: np.ndarray, scores: np.ndarray) -> 
     )
 
 
-def _evaluate(
-    recs: pd.DataFrame, qrels: pd.DataFrame, split: Split, suite: MetricSuite, catalog: np.ndarray
-) -> metrics.Evaluation:
-    # The model's order is the ranking: score by rank so no tie rule can reorder its list.
-    run = pd.DataFrame({"user": recs["user"], "item": recs["item"], "score": -recs["rank"]})
-    run = run.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
-    return metrics.evaluate(
-        qrels,
-        run,
-        list(suite.names),
-        train=split.train,
-        catalog=catalog,
-        **suite.evaluate_options(),
+def _candidate_run(
+    model: Recommender, candidates: pd.DataFrame, users: np.ndarray
+) -> tuple[pd.DataFrame, int]:
+    """Model scores of each user's candidates as a run (user, item, score); rows the model cannot
+    score (NaN) are left out and counted."""
+    score_items = getattr(model, "score_items", None)
+    if score_items is None:
+        raise TypeError(
+            f"{type(model).__name__} cannot score given candidates: it has no score_items method"
+        )
+    cand = candidates[candidates["user"].isin(users)].sort_values(["user", "item"], kind="stable")
+    codes = pd.Index(users).get_indexer(cand["user"])
+    width = int(np.bincount(codes, minlength=len(users)).max()) if len(cand) else 0
+    col = cand.groupby("user", sort=False).cumcount().to_numpy()
+    items = np.empty(
+        (len(users), width), dtype=object if cand["item"].dtype == object else np.int64
     )
+    items[:] = PAD_ITEM_OBJECT if items.dtype == object else PAD_ITEM_INT
+    items[codes, col] = cand["item"].to_numpy()
+    scores = np.asarray(score_items(users, items), dtype=np.float64)
+    real = np.zeros(items.shape, dtype=bool)
+    real[codes, col] = True
+    ok = real & np.isfinite(scores)
+    rows, cols = np.nonzero(ok)
+    run = pd.DataFrame(
+        {"user": users[rows], "item": items[rows, cols], "score": scores[rows, cols]}
+    )
+    return run, int(real.sum() - ok.sum())
+
+
+def _top_of(run: pd.DataFrame, k: int) -> pd.DataFrame:
+    """The k best candidates per user (score descending, then item ascending) as a long table."""
+    ordered = run.sort_values(["user", "score", "item"], ascending=[True, False, True])
+    ordered = ordered.assign(rank=ordered.groupby("user").cumcount().to_numpy() + 1)
+    return ordered[ordered["rank"] <= k][["user", "rank", "item", "score"]].reset_index(drop=True)
+
+
+def _rating_metrics(
+    model: Recommender, split: Split, names: list[str], suite: MetricSuite
+) -> tuple[metrics.Evaluation | None, str | None]:
+    """RMSE/MAE of the model's predicted ratings on the test pairs, or why they are skipped."""
+    predict = getattr(model, "predict_ratings", None)
+    if predict is None:
+        return None, f"{', '.join(names)} skipped: {type(model).__name__} does not predict ratings"
+    if "rating" not in split.test.columns:
+        return None, f"{', '.join(names)} skipped: the test data has no ratings"
+    pairs = split.test.groupby(["user", "item"], as_index=False, sort=True)["rating"].mean()
+    predicted = np.asarray(predict(pairs["user"].to_numpy(), pairs["item"].to_numpy()), float)
+    truth = pairs.rename(columns={"rating": "relevance"})
+    run = pairs[["user", "item"]].assign(score=predicted)
+    return metrics.evaluate(truth, run, names, **suite.evaluate_options()), None
+
+
+def _evaluate(
+    model: Recommender,
+    outcome: ModelOutcome,
+    qrels: pd.DataFrame,
+    split: Split,
+    suite: MetricSuite,
+    catalog: np.ndarray,
+    candidates: pd.DataFrame | None,
+) -> None:
+    """Rank (full catalog or candidates) and compute every metric of the suite for one model."""
+    users = np.sort(qrels["user"].unique())
+    t0 = time.perf_counter()
+    if candidates is None:
+        ids, scores = model.recommend(users, suite.k)
+        outcome.recommendations = _recommendations(users, np.asarray(ids), np.asarray(scores))
+        # The model's order is the ranking: score by rank so no tie rule can reorder its list.
+        recs = outcome.recommendations
+        run = pd.DataFrame({"user": recs["user"], "item": recs["item"], "score": -recs["rank"]})
+    else:
+        run, unscored = _candidate_run(model, candidates, users)
+        outcome.recommendations = _top_of(run, suite.k)
+        outcome.info["candidates_unscored"] = unscored
+    t1 = time.perf_counter()
+    run = run.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
+    rating = [n for n in suite.names if metrics.parse(n).definition.kind == "rating"]
+    ranking = [n for n in suite.names if n not in rating]
+    ev = metrics.evaluate(
+        qrels, run, ranking, train=split.train, catalog=catalog, **suite.evaluate_options()
+    )
+    if rating:
+        rated, note = _rating_metrics(model, split, rating, suite)
+        if note:
+            outcome.notes.append(note)
+        extra = rated.per_user if rated else pd.DataFrame(columns=rating, dtype=float)
+        ev = metrics.Evaluation(
+            summary={n: (rated.summary[n] if rated else float("nan")) for n in suite.names}
+            | {n: ev.summary[n] for n in ranking},
+            per_user=ev.per_user.join(extra, how="left")[list(suite.names)],
+            options=ev.options,
+            counts=ev.counts | (rated.counts if rated else {}),
+        )
+    outcome.evaluation = ev
+    outcome.seconds |= {"rank": t1 - t0, "metrics": time.perf_counter() - t1}
 
 
 def run_models(
@@ -150,12 +235,19 @@ def run_models(
     folder: Path,
     *,
     progress: bool = True,
+    candidates: pd.DataFrame | None = None,
+    load_errors: Mapping[str, str] | None = None,
 ) -> ExperimentResult:
-    """Fit, rank and evaluate every model on ``split``; write results under ``folder``."""
+    """Fit, rank and evaluate every model on ``split``; write results under ``folder``.
+
+    ``candidates`` (user, item) restricts ranking to given items per user (default: the full
+    catalog); ``load_errors`` names models that could not even be built, recorded as failed.
+    """
     qrels = qrels_from_test(split.test, suite)
-    users = np.sort(qrels["user"].unique())
     catalog = pd.unique(dataset.frame["item"])
-    outcomes: dict[str, ModelOutcome] = {}
+    outcomes: dict[str, ModelOutcome] = {
+        name: ModelOutcome(name, error=error) for name, error in (load_errors or {}).items()
+    }
     bar = tqdm(models.items(), desc="models", unit="model", disable=not progress)
     for name, model in bar:
         bar.set_postfix_str(name)
@@ -163,21 +255,28 @@ def run_models(
         try:
             t0 = time.perf_counter()
             model.fit(split.train)
-            t1 = time.perf_counter()
-            ids, scores = model.recommend(users, suite.k)
-            t2 = time.perf_counter()
-            outcome.recommendations = _recommendations(users, np.asarray(ids), np.asarray(scores))
-            outcome.evaluation = _evaluate(outcome.recommendations, qrels, split, suite, catalog)
-            outcome.seconds = {"fit": t1 - t0, "rank": t2 - t1, "metrics": time.perf_counter() - t2}
+            outcome.seconds["fit"] = time.perf_counter() - t0
+            _evaluate(model, outcome, qrels, split, suite, catalog, candidates)
         except Exception as err:
             outcome.error = f"{type(err).__name__}: {err}"
             (folder / name).mkdir(parents=True, exist_ok=True)
             (folder / name / "error.txt").write_text(traceback.format_exc())
+        outcome.info |= _model_info(model)
         outcomes[name] = outcome
     options = metrics.resolve_options(**suite.evaluate_options()).as_dict()
     result = ExperimentResult(dataset, split, suite, outcomes, folder, options)
     save(result)
     return result
+
+
+def _model_info(model: Recommender) -> dict[str, Any]:
+    """What a model reports about itself (``info_``: version, source; ``stats_``: coverage)."""
+    info: dict[str, Any] = {}
+    for attr in ("info_", "stats_"):
+        value = getattr(model, attr, None)
+        if isinstance(value, Mapping):
+            info |= {f"{attr.rstrip('_')}.{k}": v for k, v in value.items()}
+    return info
 
 
 def save(result: ExperimentResult) -> None:
@@ -195,6 +294,8 @@ def save(result: ExperimentResult) -> None:
             "ok": outcome.ok,
             "error": outcome.error,
             "seconds": outcome.seconds,
+            "info": outcome.info,
+            "notes": outcome.notes,
         }
         if outcome.evaluation is not None:
             outcome.evaluation.per_user.to_parquet(sub / "per_user.parquet")

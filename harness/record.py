@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.candidates import SAMPLED_WARNING
 from harness.experiment import ExperimentResult
 from harness.split import data_hash
 from harness.tracking import Tracker, flatten, git_state
@@ -42,11 +43,18 @@ def record(
         "split.method": result.split.name,
         "split.sha256": split_key,
         "results.folder": str(result.folder.resolve()),
+        "candidates.kind": result.candidates.get("candidates.kind", "full"),
     }
+    if tags["candidates.kind"] == "sampled":
+        tags["candidates.warning"] = SAMPLED_WARNING
     parent = tracker.start(run_name, tags)
     ids = {"parent": parent}
     params = {**flatten(config), **{f"metrics.option.{k}": v for k, v in result.options.items()}}
-    tracker.log(parent, params=params, metrics=_numbers(result.split.stats, "split."))
+    tracker.log(
+        parent,
+        params=params,
+        metrics=_numbers(result.split.stats, "split.") | _numbers(result.candidates, ""),
+    )
     for part, context in ((result.split.train, "training"), (result.split.test, "test")):
         tracker.log_input(
             parent,
