@@ -8,6 +8,7 @@ True
 from __future__ import annotations
 
 from metrics import definitions as _definitions  # noqa: F401  (registers every metric)
+from metrics import stats
 from metrics.evaluate import Evaluation, evaluate
 from metrics.gsb import GSB, gsb, gsb_from_labels
 from metrics.io import read_qrels, read_run, read_trec_qrels, read_trec_run
@@ -33,4 +34,5 @@ __all__ = [
     "read_trec_qrels",
     "read_trec_run",
     "resolve_options",
+    "stats",
 ]

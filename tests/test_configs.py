@@ -30,7 +30,7 @@ from harness.split import METHODS, make_split
 from harness.synthetic import generate
 
 CONFIG_DIR = Path(harness.configs.__file__).parent
-GROUPS = ("dataset", "split", "model", "metrics", "tracking", "engine", "experiment")
+GROUPS = ("dataset", "split", "model", "metrics", "candidates", "tracking", "engine", "experiment")
 SMALL_DATA = ("dataset.n_users=300", "dataset.n_items=200", "dataset.n_events=6000")
 
 
@@ -46,6 +46,13 @@ def all_options() -> list[tuple[str, str]]:
 def group_yaml(group: str, option: str) -> dict[str, Any]:
     """The option file as written (no Hydra), to compare against what composition produced."""
     return yaml.safe_load((CONFIG_DIR / group / f"{option}.yaml").read_text()) or {}
+
+
+def built_models(cfg: DictConfig, progress: bool) -> dict[str, Any]:
+    """The models ``build_models`` builds, asserting none failed to build."""
+    models, errors = build_models(cfg, progress)
+    assert not errors, errors
+    return models
 
 
 def cfg_of(*overrides: str) -> DictConfig:
@@ -181,18 +188,18 @@ def test_model_selection_instantiates_working_models(
         assert ids.shape == scores.shape == (len(users), 5), name
         assert set(ids.ravel().tolist()) <= train_items, name
         assert np.all(np.diff(scores, axis=1) <= 0), f"{name}: scores not best first"
-    built = build_models(cfg, progress=False)
+    built = built_models(cfg, progress=False)
     assert list(built) == expected
 
 
 def test_item_knn_override_reaches_the_object() -> None:
     cfg = cfg_of("model=[random,popularity,item_knn]", "model.item_knn.k_neighbors=7")
     assert instantiate(cfg.model.item_knn).k_neighbors == 7
-    assert build_models(cfg, progress=False)["item_knn"].k_neighbors == 7
+    assert built_models(cfg, progress=False)["item_knn"].k_neighbors == 7
     default = group_yaml("model", "item_knn")["item_knn"]["k_neighbors"]
-    assert build_models(cfg_of("model=item_knn"), progress=False)["item_knn"].k_neighbors == default
+    assert built_models(cfg_of("model=item_knn"), progress=False)["item_knn"].k_neighbors == default
     over = cfg_of("experiment=quick", "model.item_knn.k_neighbors=7")
-    assert build_models(over, False)["item_knn"].k_neighbors == 7
+    assert built_models(over, False)["item_knn"].k_neighbors == 7
 
 
 def test_random_model_seed_follows_global_seed() -> None:
@@ -200,9 +207,9 @@ def test_random_model_seed_follows_global_seed() -> None:
 
 
 def test_build_models_passes_progress() -> None:
-    built = build_models(cfg_of("model=[random,popularity,item_knn]"), progress=True)
+    built = built_models(cfg_of("model=[random,popularity,item_knn]"), progress=True)
     assert all(m.progress is True for m in built.values())
-    built = build_models(cfg_of("model=[random,popularity,item_knn]"), progress=False)
+    built = built_models(cfg_of("model=[random,popularity,item_knn]"), progress=False)
     assert all(m.progress is False for m in built.values())
 
 
@@ -215,12 +222,12 @@ def test_no_model_selected_is_an_error() -> None:
 @pytest.mark.parametrize("option", ["popularity", "random"])
 def test_quick_experiment_with_one_model_builds_only_that_model(option: str) -> None:
     cfg = cfg_of("experiment=quick", f"model=[{option}]")
-    built = build_models(cfg, progress=False)
+    built = built_models(cfg, progress=False)
     assert list(built) == [option]
 
 
 def test_engine_batch_users_reaches_the_models() -> None:
-    built = build_models(cfg_of("engine.batch_users=7"), progress=False)
+    built = built_models(cfg_of("engine.batch_users=7"), progress=False)
     assert {name: m.batch_size for name, m in built.items()} == dict.fromkeys(built, 7)
 
 
@@ -248,7 +255,7 @@ def test_metrics_option_builds_a_valid_suite(option: str, tmp_path: Path) -> Non
     # The suite computes on real data: every metric gets a number for a popularity model.
     frame = generate(n_users=150, n_items=100, n_events=3000, seed=1)
     split = make_split(frame, "global_time", cut=0.8)
-    models = build_models(cfg_of("model=popularity"), progress=False)
+    models = built_models(cfg_of("model=popularity"), progress=False)
     result = run_models(
         Dataset("synthetic", frame, "test"), split, models, suite, tmp_path, progress=False
     )

@@ -1,0 +1,630 @@
+"""Paired comparison statistics of model B (candidate) against model A (baseline) on the same units.
+
+Every comparison takes two aligned per-unit vectors ``a`` and ``b`` (arrays, or ``pd.Series``
+aligned on their index), drops the pairs where either side is NaN and reports how many
+(``dropped``). Differences are always ``b − a``. Bootstrap and sign-flip resampling are vectorized
+in chunks of about 100 MB, and reproducible for a given ``seed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+from scipy import stats as _st
+
+from metrics.gsb import GSB, _aligned, gsb
+
+__all__ = [
+    "ALTERNATIVES",
+    "BOOTSTRAP_STATISTICS",
+    "P_ADJUSTMENTS",
+    "BootstrapResult",
+    "GSBBootstrapResult",
+    "MDEResult",
+    "PairedComparison",
+    "RandomizationResult",
+    "TTestResult",
+    "adjust",
+    "benjamini_hochberg",
+    "compare",
+    "effect_size",
+    "gsb_bootstrap",
+    "holm",
+    "minimum_detectable_effect",
+    "paired_bootstrap",
+    "paired_t_test",
+    "randomization_test",
+    "sign_test",
+]
+
+ALTERNATIVES = ("two-sided", "greater", "less")
+BOOTSTRAP_STATISTICS = ("mean", "median")
+P_ADJUSTMENTS = ("holm", "bh", "none")
+
+_MEMORY_BUDGET = 96 * 2**20  # bytes of temporaries per chunk of resamples
+_BOOTSTRAP_CELL_BYTES = 48  # indices, counts, float copy (and permuted cumsum for medians)
+_FLIP_CELL_BYTES = 16  # sign bits as uint8 plus their float64 copy in the product
+_MAX_EXACT = 24  # 2**24 sign patterns: a few seconds
+_TIE_RTOL = 1e-9  # flip sums within this share of Σ|d| of the observed one are rounding ties
+_BOOTSTRAP_STREAM, _FLIP_STREAM = 0, 1  # independent random streams derived from one seed
+
+
+# ---------------------------------------------------------------------------------------------
+# Result types
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BootstrapResult:
+    """Statistic of A and B, difference ``b − a`` and lift ``diff / a`` with percentile CIs."""
+
+    value_a: float
+    value_b: float
+    diff: float
+    diff_ci: tuple[float, float]
+    lift: float
+    lift_ci: tuple[float, float]
+    n: int
+    dropped: int
+    statistic: str
+    confidence: float
+    n_resamples: int
+
+
+@dataclass(frozen=True)
+class RandomizationResult:
+    """Observed mean difference ``b − a`` and its sign-flip permutation p-value."""
+
+    statistic: float
+    pvalue: float
+    n: int
+    dropped: int
+    n_resamples: int
+    alternative: str
+    exact: bool
+
+
+@dataclass(frozen=True)
+class TTestResult:
+    """Paired t-test of ``b − a``: t statistic (positive when B is higher), df, two-sided p."""
+
+    statistic: float
+    df: int
+    pvalue: float
+    n: int
+    dropped: int
+
+
+@dataclass(frozen=True)
+class MDEResult:
+    """Minimum detectable mean difference, absolute and relative to ``|mean a|``."""
+
+    absolute: float
+    relative: float
+    sd_diff: float
+    n: int
+    alpha: float
+    power: float
+
+
+@dataclass(frozen=True)
+class GSBBootstrapResult:
+    """GSB counts, ΔGSB and its bootstrap percentile CI (units resampled)."""
+
+    gsb: GSB
+    delta: float
+    ci: tuple[float, float]
+    confidence: float
+    n_resamples: int
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Everything :func:`compare` reports on B against A; :meth:`as_dict` flattens it for logs."""
+
+    n: int
+    dropped: int
+    mean_a: float
+    mean_b: float
+    diff: float
+    diff_ci: tuple[float, float]
+    lift: float
+    lift_ci: tuple[float, float]
+    p_randomization: float
+    t: float
+    df: int
+    p_t: float
+    p_sign: float
+    effect_size: float
+    mde: float
+    mde_rel: float
+    gsb: GSB
+    gsb_ci: tuple[float, float]
+    confidence: float
+    n_resamples: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        """Flat ``{name: float | int}``, MLflow-safe keys; CIs as ``*_ci_low`` / ``*_ci_high``."""
+        out: dict[str, float | int] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, GSB):
+                out.update(gsb_good=value.good, gsb_same=value.same, gsb_bad=value.bad)
+                out["gsb_delta"] = float(value.delta)
+            elif isinstance(value, tuple):
+                out[f"{f.name}_low"], out[f"{f.name}_high"] = float(value[0]), float(value[1])
+            elif isinstance(value, int | np.integer):
+                out[f.name] = int(value)
+            else:
+                out[f.name] = float(value)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation and shared kernels
+# ---------------------------------------------------------------------------------------------
+def _paired(a: object, b: object) -> tuple[np.ndarray, np.ndarray, int]:
+    """Aligned float vectors without the pairs where a side is NaN, and how many were dropped."""
+    va, vb = _aligned(a, b)
+    for name, v in (("a", va), ("b", vb)):
+        inf = np.isinf(v)
+        if inf.any():
+            i = int(np.flatnonzero(inf)[0])
+            raise ValueError(
+                f"'{name}' must hold finite values or NaN (got {v[i]} at position {i})"
+            )
+    ok = ~(np.isnan(va) | np.isnan(vb))
+    n = int(ok.sum())
+    if n == 0:
+        raise ValueError(
+            f"'a' and 'b' have no unit with a value on both sides "
+            f"(got {va.size} units, {va.size} with NaN)"
+        )
+    return va[ok], vb[ok], va.size - n
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(f"'{name}' must be an int >= {minimum} (got {value!r})")
+    return int(value)
+
+
+def _check_open_unit(name: str, value: float) -> float:
+    if not 0 < value < 1:
+        raise ValueError(f"'{name}' must be in (0, 1) (got {value!r})")
+    return float(value)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"'{name}' must be one of {', '.join(map(repr, choices))} (got {value!r})")
+    return value
+
+
+def _rng(seed: int, stream: int) -> np.random.Generator:
+    return np.random.default_rng([_check_int("seed", seed, 0), stream])
+
+
+def _resample_counts(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """Bootstrap resamples of ``n`` units (drawn with replacement) as counts ``int[chunk, n]``."""
+    rng = _rng(seed, _BOOTSTRAP_STREAM)
+    rows = max(1, _MEMORY_BUDGET // (_BOOTSTRAP_CELL_BYTES * n))
+    for start in range(0, n_resamples, rows):
+        c = min(rows, n_resamples - start)
+        idx = rng.integers(0, n, size=(c, n))
+        idx += np.arange(0, c * n, n)[:, None]  # row r counts into cells [r·n, (r+1)·n)
+        yield np.bincount(idx.ravel(), minlength=c * n).reshape(c, n)
+
+
+def _median_from_counts(sorted_values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Median of each resample given as counts (rows) of the ascending ``sorted_values``."""
+    n = int(counts[0].sum())
+    cum = np.cumsum(counts, axis=1)
+    lo = np.argmax(cum > (n - 1) // 2, axis=1)  # first position holding order statistic (n−1)//2
+    hi = np.argmax(cum > n // 2, axis=1)
+    return (sorted_values[lo] + sorted_values[hi]) / 2
+
+
+def _resample_stats(
+    columns: list[np.ndarray], statistic: str, n_resamples: int, seed: int
+) -> np.ndarray:
+    """Statistic (mean or median) of each column of length n in each resample: ``float[R, k]``."""
+    n = columns[0].size
+    out = np.empty((n_resamples, len(columns)))
+    if statistic == "median":
+        orders = [np.argsort(col, kind="stable") for col in columns]
+    pos = 0
+    for counts in _resample_counts(n, n_resamples, seed):
+        c = counts.shape[0]
+        if statistic == "mean":
+            weights = counts.astype(np.float64)
+            for j, col in enumerate(columns):  # one gemv per column: faster than a (c, n)@(n, k)
+                out[pos : pos + c, j] = weights @ col  # and the same bits whatever k is
+        else:
+            for j, (col, order) in enumerate(zip(columns, orders, strict=True)):
+                out[pos : pos + c, j] = _median_from_counts(col[order], counts[:, order])
+        pos += c
+    return out / n if statistic == "mean" else out
+
+
+def _percentile_ci(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Percentile interval (linear interpolation) of the non-NaN resampled values."""
+    if np.isnan(values).all():
+        return (float("nan"), float("nan"))
+    tail = (1 - confidence) / 2
+    with np.errstate(invalid="ignore"):  # inf − inf between infinite lifts of a ~0 baseline
+        low, high = np.nanquantile(values, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.where(den != 0, num / den, np.nan)
+
+
+def _lift(diff: float, base: float) -> float:
+    return diff / base if base != 0 else float("nan")
+
+
+def _gsb_signs(
+    a: np.ndarray, b: np.ndarray, tolerance: float, relative: bool, higher_is_better: bool
+) -> np.ndarray:
+    """Per unit +1 (good), 0 (same), −1 (bad): the rule of :func:`metrics.gsb` (no NaN here)."""
+    diff = (b - a) * (1.0 if higher_is_better else -1.0)
+    margin = tolerance * np.abs(a) if relative else tolerance
+    return (diff > margin).astype(np.float64) - (diff < -margin)
+
+
+def _flip_sums(d: np.ndarray, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """Chunks of ``Σ s_i·d_i`` over random signs ``s_i = ±1`` (probability 1/2 each)."""
+    rng = _rng(seed, _FLIP_STREAM)
+    n, total = d.size, d.sum()
+    rows = max(1, _MEMORY_BUDGET // (_FLIP_CELL_BYTES * n))
+    nbytes = (n + 7) // 8
+    for start in range(0, n_resamples, rows):
+        c = min(rows, n_resamples - start)
+        raw = np.frombuffer(rng.bytes(c * nbytes), dtype=np.uint8).reshape(c, nbytes)
+        keep = np.unpackbits(raw, axis=1, count=n)  # 1: sign +1, 0: sign −1
+        yield 2.0 * (keep @ d) - total
+
+
+def _all_flip_sums(d: np.ndarray) -> Iterator[np.ndarray]:
+    """Chunks of ``Σ s_i·d_i`` over all ``2**n`` sign patterns."""
+    n, total = d.size, d.sum()
+    rows = max(1, _MEMORY_BUDGET // (_FLIP_CELL_BYTES * n))
+    shifts = np.arange(n, dtype=np.int64)
+    for start in range(0, 1 << n, rows):
+        k = np.arange(start, min(start + rows, 1 << n), dtype=np.int64)
+        keep = ((k[:, None] >> shifts) & 1).astype(np.float64)
+        yield 2.0 * (keep @ d) - total
+
+
+def _mean_sd(d: np.ndarray) -> tuple[float, float]:
+    """Mean and sd (ddof=1) of at least 2 differences; sd is exactly 0 when they are all equal."""
+    sd = 0.0 if (d == d[0]).all() else float(d.std(ddof=1))  # d.std of equal values may be 1e-17
+    return float(d.mean()), sd
+
+
+def _t_test(d: np.ndarray) -> tuple[float, int, float]:
+    n = d.size
+    if n < 2:
+        return float("nan"), n - 1, float("nan")
+    mean, sd = _mean_sd(d)
+    if sd == 0:  # zero variance: a certain difference, or none at all
+        return (float(np.copysign(np.inf, mean)), n - 1, 0.0) if mean else (0.0, n - 1, 1.0)
+    t = mean / (sd / np.sqrt(n))
+    return float(t), n - 1, float(2 * _st.t.sf(abs(t), n - 1))
+
+
+def _d_z(d: np.ndarray) -> float:
+    if d.size < 2:
+        return float("nan")
+    mean, sd = _mean_sd(d)
+    if sd == 0:
+        return float(np.copysign(np.inf, mean)) if mean else 0.0
+    return mean / sd
+
+
+def _mde(d: np.ndarray, mean_a: float, alpha: float, power: float) -> MDEResult:
+    n = d.size
+    sd = _mean_sd(d)[1] if n >= 2 else float("nan")
+    z = _st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power)
+    absolute = float(z * sd / np.sqrt(n))
+    return MDEResult(absolute, _lift(absolute, abs(mean_a)), sd, n, alpha, power)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public functions
+# ---------------------------------------------------------------------------------------------
+def paired_bootstrap(
+    a: object,
+    b: object,
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    statistic: str = "mean",
+) -> BootstrapResult:
+    """Percentile bootstrap CIs of ``diff = stat(b) − stat(a)`` and ``lift = diff / stat(a)``.
+
+    Units are resampled with replacement, the same draw for A and B. ``statistic`` is ``mean`` or
+    ``median``. ``lift`` (and its CI) is NaN when ``stat(a)`` is 0; resamples with ``stat(a) == 0``
+    are left out of the lift CI.
+
+    >>> r = paired_bootstrap([0.2, 0.4, 0.6, 0.8], [0.3, 0.5, 0.7, 0.9], n_resamples=100)
+    >>> round(r.diff, 12), tuple(round(x, 12) for x in r.diff_ci), round(r.lift, 12)
+    (0.1, (0.1, 0.1), 0.2)
+    """
+    n_resamples = _check_int("n_resamples", n_resamples, 1)
+    confidence = _check_open_unit("confidence", confidence)
+    _check_int("seed", seed, 0)
+    _check_choice("statistic", statistic, BOOTSTRAP_STATISTICS)
+    va, vb, dropped = _paired(a, b)
+    if statistic == "mean":
+        value_a, value_b, diff = float(va.mean()), float(vb.mean()), float((vb - va).mean())
+        res = _resample_stats([va, vb - va], "mean", n_resamples, seed)
+        res_a, res_diff = res[:, 0], res[:, 1]
+    else:
+        value_a, value_b = float(np.median(va)), float(np.median(vb))
+        diff = value_b - value_a
+        res = _resample_stats([va, vb], "median", n_resamples, seed)
+        res_a, res_diff = res[:, 0], res[:, 1] - res[:, 0]
+    lift = _lift(diff, value_a)
+    lift_ci = (
+        _percentile_ci(_ratio(res_diff, res_a), confidence)
+        if not np.isnan(lift)
+        else (float("nan"), float("nan"))
+    )
+    return BootstrapResult(
+        value_a, value_b, diff, _percentile_ci(res_diff, confidence), lift, lift_ci,
+        va.size, dropped, statistic, confidence, n_resamples,
+    )  # fmt: skip
+
+
+def randomization_test(
+    a: object,
+    b: object,
+    *,
+    n_resamples: int = 10000,
+    seed: int = 0,
+    alternative: str = "two-sided",
+    exact: bool = False,
+) -> RandomizationResult:
+    """Paired sign-flip permutation test of the mean difference ``b − a``.
+
+    Sampled: ``p = (count + 1) / (n_resamples + 1)``, ``count`` = random flips with
+    ``|stat| >= |observed|`` (``stat >= observed`` for ``greater``, ``<=`` for ``less``).
+    ``exact=True`` enumerates all ``2**n`` flips (n <= 24): ``p = count / 2**n``.
+
+    >>> randomization_test([0, 0, 0, 0, 0], [1, 2, 3, 4, 5], exact=True).pvalue   # 2 of 32 flips
+    0.0625
+    """
+    _check_choice("alternative", alternative, ALTERNATIVES)
+    _check_int("seed", seed, 0)
+    va, vb, dropped = _paired(a, b)
+    d = vb - va
+    if exact:
+        if d.size > _MAX_EXACT:
+            raise ValueError(f"'exact' needs n <= {_MAX_EXACT} paired units (got n={d.size})")
+        chunks, total = _all_flip_sums(d), 1 << d.size
+    else:
+        total = _check_int("n_resamples", n_resamples, 1)
+        chunks = _flip_sums(d, total, seed)
+    observed = d.sum()
+    gamma = _TIE_RTOL * np.abs(d).sum()
+    count = 0
+    for sums in chunks:
+        if alternative == "two-sided":
+            count += int((np.abs(sums) >= abs(observed) - gamma).sum())
+        elif alternative == "greater":
+            count += int((sums >= observed - gamma).sum())
+        else:
+            count += int((sums <= observed + gamma).sum())
+    p = count / total if exact else (count + 1) / (total + 1)
+    return RandomizationResult(float(d.mean()), p, d.size, dropped, total, alternative, bool(exact))
+
+
+def paired_t_test(a: object, b: object) -> TTestResult:
+    """Paired t-test of ``b − a``; equals ``scipy.stats.ttest_rel(b, a)`` (note the order).
+
+    Zero variance (all differences equal): ``t = ±inf, p = 0`` when they are non-zero, else
+    ``t = 0, p = 1``. Fewer than 2 pairs: NaN.
+
+    >>> r = paired_t_test([1, 2, 3, 4], [2, 2, 4, 5])
+    >>> round(r.statistic, 6), r.df, round(r.pvalue, 6)
+    (3.0, 3, 0.057669)
+    """
+    va, vb, dropped = _paired(a, b)
+    t, df, p = _t_test(vb - va)
+    return TTestResult(t, df, p, va.size, dropped)
+
+
+def sign_test(good: int, bad: int) -> float:
+    """Exact two-sided binomial (p = 1/2) p-value of ``good`` against ``bad``; ties are left out.
+
+    Equals ``scipy.stats.binomtest(good, good + bad).pvalue``; 1.0 when ``good + bad == 0``.
+
+    >>> sign_test(9, 1)    # 2 · (1 + 10) / 2**10
+    0.021484375
+    """
+    good, bad = _check_int("good", good, 0), _check_int("bad", bad, 0)
+    n, k = good + bad, min(good, bad)
+    if 2 * k == n:  # includes n == 0
+        return 1.0
+    return float(min(1.0, 2 * _st.binom.cdf(k, n, 0.5)))
+
+
+def _pvalues(pvalues: ArrayLike | pd.Series) -> np.ndarray:
+    p = np.asarray(pvalues, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"'pvalues' must be 1-D (got shape {p.shape})")
+    bad = ~(np.isnan(p) | ((p >= 0) & (p <= 1)))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"'pvalues' must lie in [0, 1] or be NaN (got {p[i]} at position {i})")
+    return p
+
+
+def _adjusted(pvalues: ArrayLike | pd.Series, method: str) -> np.ndarray | pd.Series:
+    p = _pvalues(pvalues)
+    out = p.copy()
+    ok = np.flatnonzero(~np.isnan(p))
+    m = ok.size
+    if m and method != "none":
+        order = ok[np.argsort(p[ok], kind="stable")]
+        ranked = p[order]
+        if method == "holm":  # max over j <= i of (m − j + 1)·p_(j)
+            adj = np.maximum.accumulate((m - np.arange(m)) * ranked)
+        else:  # bh: min over j >= i of m·p_(j)/j
+            adj = np.minimum.accumulate((m * ranked / np.arange(1, m + 1))[::-1])[::-1]
+        out[order] = np.minimum(adj, 1.0)
+    if isinstance(pvalues, pd.Series):
+        return pd.Series(out, index=pvalues.index, name=pvalues.name)
+    return out
+
+
+def holm(pvalues: ArrayLike | pd.Series) -> np.ndarray | pd.Series:
+    """Holm step-down adjusted p-values (family-wise error), in input order; NaN stays NaN and is
+    not counted in the family. A Series keeps its index.
+
+    >>> holm([0.01, 0.04, 0.03, 0.005]).round(12).tolist()
+    [0.03, 0.06, 0.06, 0.02]
+    """
+    return _adjusted(pvalues, "holm")
+
+
+def benjamini_hochberg(pvalues: ArrayLike | pd.Series) -> np.ndarray | pd.Series:
+    """Benjamini-Hochberg adjusted p-values (false discovery rate), in input order; NaN stays NaN
+    and is not counted. A Series keeps its index.
+
+    >>> benjamini_hochberg([0.01, 0.04, 0.03, 0.005]).round(12).tolist()
+    [0.02, 0.04, 0.04, 0.02]
+    """
+    return _adjusted(pvalues, "bh")
+
+
+def adjust(pvalues: ArrayLike | pd.Series, method: str = "holm") -> np.ndarray | pd.Series:
+    """Adjusted p-values by ``method``: ``holm``, ``bh`` (Benjamini-Hochberg) or ``none``.
+
+    >>> adjust([0.01, 0.04], "none").tolist()
+    [0.01, 0.04]
+    """
+    return _adjusted(pvalues, _check_choice("method", method, P_ADJUSTMENTS))
+
+
+def effect_size(a: object, b: object) -> float:
+    """Cohen's d_z of paired data: ``mean(b − a) / sd(b − a)`` (ddof=1), NaN pairs dropped.
+
+    Zero variance gives ``±inf`` (0 when every difference is 0); fewer than 2 pairs give NaN.
+
+    >>> effect_size([0, 0, 0], [1, 2, 3])
+    2.0
+    """
+    va, vb, _ = _paired(a, b)
+    return _d_z(vb - va)
+
+
+def minimum_detectable_effect(
+    a: object, b: object, *, alpha: float = 0.05, power: float = 0.8
+) -> MDEResult:
+    """Smallest mean difference a two-sided paired test detects: ``(z_{1−α/2} + z_power)·sd_d/√n``.
+
+    Normal approximation with the observed ``sd`` of ``b − a``; ``relative`` is over ``|mean a|``.
+
+    >>> mde = minimum_detectable_effect([1, 1, 1, 1], [1, 2, 3, 4])   # 2.801585·1.290994/2
+    >>> round(mde.absolute, 6), round(mde.relative, 6)
+    (1.808415, 1.808415)
+    """
+    alpha = _check_open_unit("alpha", alpha)
+    power = _check_open_unit("power", power)
+    va, vb, _ = _paired(a, b)
+    return _mde(vb - va, float(va.mean()), alpha, power)
+
+
+def gsb_bootstrap(
+    a: object,
+    b: object,
+    *,
+    tolerance: float = 0.0,
+    relative: bool = False,
+    higher_is_better: bool = True,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> GSBBootstrapResult:
+    """ΔGSB of B against A (as :func:`metrics.gsb`) with a percentile bootstrap CI over units.
+
+    >>> gsb_bootstrap([0.5, 0.5, 0.5, 0.5], [0.9, 0.5, 0.1, 0.2], n_resamples=200).delta
+    -0.25
+    """
+    n_resamples = _check_int("n_resamples", n_resamples, 1)
+    confidence = _check_open_unit("confidence", confidence)
+    _check_int("seed", seed, 0)
+    va, vb, dropped = _paired(a, b)
+    g = replace(
+        gsb(va, vb, tolerance, relative=relative, higher_is_better=higher_is_better),
+        excluded=dropped,
+    )
+    signs = _gsb_signs(va, vb, tolerance, relative, higher_is_better)
+    res = _resample_stats([signs], "mean", n_resamples, seed)[:, 0]
+    return GSBBootstrapResult(g, g.delta, _percentile_ci(res, confidence), confidence, n_resamples)
+
+
+def compare(
+    a: object,
+    b: object,
+    *,
+    tolerance: float = 0.0,
+    relative: bool = False,
+    higher_is_better: bool = True,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> PairedComparison:
+    """All paired statistics of B against A in one pass (one shared bootstrap for all CIs).
+
+    ``diff``, ``lift``, ``t`` and ``effect_size`` are signed ``b − a`` whatever
+    ``higher_is_better``; GSB and the sign test follow it. ``n_resamples`` is used both for the
+    bootstrap and the randomization test: with the same ``seed`` and ``n_resamples`` the CIs equal
+    those of :func:`paired_bootstrap` and :func:`gsb_bootstrap`, and ``p_randomization`` that of
+    :func:`randomization_test`.
+
+    >>> c = compare([0.5, 0.5, 0.5, 0.5], [0.9, 0.5, 0.1, 0.2], n_resamples=200)
+    >>> c.gsb.delta, c.p_sign
+    (-0.25, 1.0)
+    """
+    n_resamples = _check_int("n_resamples", n_resamples, 1)
+    confidence = _check_open_unit("confidence", confidence)
+    alpha = _check_open_unit("alpha", alpha)
+    power = _check_open_unit("power", power)
+    _check_int("seed", seed, 0)
+    va, vb, dropped = _paired(a, b)
+    g = replace(
+        gsb(va, vb, tolerance, relative=relative, higher_is_better=higher_is_better),
+        excluded=dropped,
+    )
+    d = vb - va
+    mean_a, diff = float(va.mean()), float(d.mean())
+    signs = _gsb_signs(va, vb, tolerance, relative, higher_is_better)
+    res = _resample_stats([va, d, signs], "mean", n_resamples, seed)
+    lift = _lift(diff, mean_a)
+    lift_ci = (
+        _percentile_ci(_ratio(res[:, 1], res[:, 0]), confidence)
+        if not np.isnan(lift)
+        else (float("nan"), float("nan"))
+    )
+    p_rand = randomization_test(va, vb, n_resamples=n_resamples, seed=seed).pvalue
+    t, df, p_t = _t_test(d)
+    mde = _mde(d, mean_a, alpha, power)
+    return PairedComparison(
+        n=va.size, dropped=dropped, mean_a=mean_a, mean_b=float(vb.mean()), diff=diff,
+        diff_ci=_percentile_ci(res[:, 1], confidence), lift=lift, lift_ci=lift_ci,
+        p_randomization=p_rand, t=t, df=df, p_t=p_t, p_sign=sign_test(g.good, g.bad),
+        effect_size=_d_z(d), mde=mde.absolute, mde_rel=mde.relative, gsb=g,
+        gsb_ci=_percentile_ci(res[:, 2], confidence), confidence=confidence,
+        n_resamples=n_resamples,
+    )  # fmt: skip

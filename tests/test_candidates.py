@@ -1,0 +1,105 @@
+"""Candidate sets: sampled negatives are valid, frozen by seed, shared by models and reruns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.candidates import CandidateSpec, build_candidates, sample_negatives
+from harness.datasets import Dataset
+from harness.experiment import MetricSuite, run_models
+from harness.models import ItemKNN, PopularityModel
+from harness.split import make_split
+from harness.synthetic import generate
+
+
+@pytest.fixture(scope="module")
+def split():
+    frame = generate(n_users=150, n_items=120, n_events=3000, seed=5)
+    return make_split(frame, "leave_one_out")
+
+
+def test_sampled_negatives_are_unseen_distinct_and_counted(split) -> None:
+    cand = sample_negatives(split.train, split.test, 20, "uniform", seed=1)
+    assert not cand.duplicated(["user", "item"]).any()
+    test_pairs = set(zip(split.test["user"], split.test["item"], strict=True))
+    train_pairs = set(zip(split.train["user"], split.train["item"], strict=True))
+    pairs = set(zip(cand["user"], cand["item"], strict=True))
+    assert test_pairs <= pairs  # every test item is a candidate
+    negatives = pairs - test_pairs
+    assert not negatives & train_pairs  # never an item the user trained on
+    catalog = set(split.train["item"])
+    assert {i for _, i in negatives} <= catalog
+    per_user = pd.Series([u for u, _ in negatives]).value_counts()
+    assert set(per_user.index) == set(split.test["user"])
+    # 20 negatives each unless the user's unseen catalog is smaller
+    seen = split.train.groupby("user")["item"].nunique()
+    for user, count in per_user.items():
+        assert count == min(20, len(catalog) - seen.get(user, 0) - 1)
+
+
+def test_sampling_is_frozen_by_seed_and_changes_with_it(split) -> None:
+    a = sample_negatives(split.train, split.test, 10, "popularity", seed=3)
+    b = sample_negatives(split.train, split.test, 10, "popularity", seed=3)
+    c = sample_negatives(split.train, split.test, 10, "popularity", seed=4)
+    pd.testing.assert_frame_equal(a, b)
+    assert not a.equals(c)
+
+
+def test_popularity_sampling_prefers_popular_items(split) -> None:
+    cand = sample_negatives(split.train, split.test, 30, "popularity", seed=0)
+    test_pairs = set(zip(split.test["user"], split.test["item"], strict=True))
+    neg = [i for u, i in zip(cand["user"], cand["item"], strict=True) if (u, i) not in test_pairs]
+    uni = sample_negatives(split.train, split.test, 30, "uniform", seed=0)
+    neg_u = [i for u, i in zip(uni["user"], uni["item"], strict=True) if (u, i) not in test_pairs]
+    pop = split.train["item"].value_counts()
+    assert pop.reindex(neg).mean() > pop.reindex(neg_u).mean()
+
+
+def test_same_candidates_for_every_model_and_rerun(split, tmp_path: Path) -> None:
+    spec = CandidateSpec(kind="sampled", n_negatives=15, seed=2)
+    first, stats = build_candidates(spec, split, tmp_path / "cache")
+    again, _ = build_candidates(spec, split, tmp_path / "cache")  # read back from the cache
+    pd.testing.assert_frame_equal(first, again)
+    assert stats["candidates.kind"] == "sampled" and stats["candidates.rows"] == len(first)
+    frame = pd.concat([split.train, split.test])
+    suite = MetricSuite(k=10, names=("ndcg@10", "recall@10"))
+    result = run_models(
+        Dataset("s", frame, "s"),
+        split,
+        {"pop": PopularityModel(), "knn": ItemKNN()},
+        suite,
+        tmp_path / "out",
+        progress=False,
+        candidates=first,
+    )
+    allowed = set(zip(first["user"], first["item"], strict=True))
+    for outcome in result.outcomes.values():
+        assert outcome.ok, outcome.error
+        recs = outcome.recommendations
+        assert set(zip(recs["user"], recs["item"], strict=True)) <= allowed
+    # Ranking among few candidates is easier than among the full catalog.
+    full = run_models(
+        Dataset("s", frame, "s"),
+        split,
+        {"pop": PopularityModel()},
+        suite,
+        tmp_path / "full",
+        progress=False,
+    )
+    assert result.table().loc["pop", "recall@10"] > full.table().loc["pop", "recall@10"]
+
+
+def test_candidate_file(split, tmp_path: Path) -> None:
+    users = np.sort(split.test["user"].unique())[:20]
+    rows = split.test[split.test["user"].isin(users)][["user", "item"]]
+    path = tmp_path / "cands.csv"
+    rows.to_csv(path, index=False)
+    cand, stats = build_candidates(CandidateSpec(kind="file", path=str(path)), split, None)
+    assert stats["candidates.users"] == 20
+    assert set(zip(cand["user"], cand["item"], strict=True)) == set(
+        zip(rows["user"], rows["item"], strict=True)
+    )
