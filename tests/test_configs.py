@@ -30,7 +30,18 @@ from harness.split import METHODS, make_split
 from harness.synthetic import generate
 
 CONFIG_DIR = Path(harness.configs.__file__).parent
-GROUPS = ("dataset", "split", "model", "metrics", "candidates", "tracking", "engine", "experiment")
+GROUPS = (
+    "dataset",
+    "split",
+    "model",
+    "metrics",
+    "candidates",
+    "compare",
+    "gate",
+    "tracking",
+    "engine",
+    "experiment",
+)
 SMALL_DATA = ("dataset.n_users=300", "dataset.n_items=200", "dataset.n_events=6000")
 
 

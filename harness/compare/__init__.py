@@ -1,0 +1,311 @@
+"""Compare model versions on the same split: paired statistics per metric and per segment.
+
+Inputs are per-user metric tables (``Evaluation.per_user``) of a baseline and a candidate, plus
+what segments need (training activity, item popularity, recommendations). Output is a tidy
+table, one row per (segment, metric), with the effect, its confidence interval, p-values
+(corrected across the metric family of each segment) and GSB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import metrics
+from harness.experiment import ExperimentResult
+from metrics import stats
+
+__all__ = [
+    "CompareSpec",
+    "PairComparison",
+    "SegmentData",
+    "compare_models",
+    "compare_pair",
+    "segment_data",
+]
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    """The ``compare/`` config."""
+
+    baseline: str | None = "popularity"
+    metrics: tuple[str, ...] | None = None  # default: every metric of the suite
+    gsb_metric: str = "ndcg@10"
+    tolerance: float = 0.0
+    relative_tolerance: bool = False
+    n_resamples: int = 1000
+    confidence: float = 0.95
+    correction: str = "holm"
+    seed: int = 0
+    cold_max_events: int = 5
+    heavy_quantile: float = 0.9
+    head_share: float = 0.1
+    tail_share: float = 0.5
+    segments: bool = True
+
+    def __post_init__(self) -> None:
+        if self.correction not in stats.P_ADJUSTMENTS:
+            raise ValueError(
+                f"'compare.correction' must be one of {', '.join(stats.P_ADJUSTMENTS)} "
+                f"(got {self.correction!r})"
+            )
+        if not 0 < self.head_share < 1 or not 0 < self.tail_share < 1:
+            raise ValueError("'compare.head_share' and 'compare.tail_share' must lie in (0, 1)")
+        if self.head_share + self.tail_share > 1:
+            raise ValueError("'compare.head_share' + 'compare.tail_share' must be <= 1")
+
+
+@dataclass(frozen=True)
+class SegmentData:
+    """Training activity per user and popularity bucket per item, shared by all pairs."""
+
+    users: dict[str, np.ndarray]  # segment name -> user ids
+    item_bucket: pd.Series  # item id -> head / mid / tail
+    definitions: dict[str, str]
+
+
+@dataclass
+class PairComparison:
+    """A candidate against the baseline: one row per (segment, metric) plus GSB details."""
+
+    baseline: str
+    candidate: str
+    table: pd.DataFrame
+    gsb_metric: str
+    differences: dict[str, pd.Series] = field(default_factory=dict)  # metric -> per-user b − a
+    notes: list[str] = field(default_factory=list)
+    segments: dict[str, str] = field(default_factory=dict)  # segment -> definition
+
+    def row(self, metric: str, segment: str = "all") -> pd.Series | None:
+        """The comparison row of ``metric`` in ``segment`` (None when absent)."""
+        hit = self.table[(self.table["metric"] == metric) & (self.table["segment"] == segment)]
+        return None if hit.empty else hit.iloc[0]
+
+    def metrics_dict(self) -> dict[str, float]:
+        """Every number, flat, for logging (``compare.<segment>.<metric>.<stat>``)."""
+        out: dict[str, float] = {}
+        for _, r in self.table.iterrows():
+            prefix = f"compare.{r['segment']}.{r['metric']}."
+            for key, value in r.items():
+                if key not in ("segment", "metric", "kind") and isinstance(value, int | float):
+                    out[prefix + str(key)] = float(value)
+        return out
+
+
+def segment_data(train: pd.DataFrame, test_users: np.ndarray, spec: CompareSpec) -> SegmentData:
+    """Cold users (at most ``cold_max_events`` training events), heavy users (activity at or
+    above the ``heavy_quantile`` of test users) and item popularity buckets (head: the most
+    popular ``head_share`` of training items, tail: the least popular ``tail_share``)."""
+    activity = train["user"].value_counts().reindex(test_users, fill_value=0)
+    heavy_min = float(np.quantile(activity.to_numpy(), spec.heavy_quantile)) if len(activity) else 0
+    popularity = train["item"].value_counts()
+    order = np.lexsort((popularity.index.to_numpy(), -popularity.to_numpy()))
+    ranked = popularity.index.to_numpy()[order]
+    n = len(ranked)
+    n_head, n_tail = int(np.ceil(spec.head_share * n)), int(np.floor(spec.tail_share * n))
+    bucket = np.full(n, "mid", dtype=object)
+    bucket[:n_head] = "head"
+    if n_tail:
+        bucket[n - n_tail :] = "tail"
+    return SegmentData(
+        users={
+            "cold": activity.index[activity <= spec.cold_max_events].to_numpy(),
+            "heavy": activity.index[activity >= max(heavy_min, 1)].to_numpy(),
+        },
+        item_bucket=pd.Series(bucket, index=ranked),
+        definitions={
+            "cold": f"users with <= {spec.cold_max_events} training events",
+            "heavy": f"users with >= {heavy_min:g} training events "
+            f"(the {spec.heavy_quantile:g} quantile)",
+            "items:head": f"test items among the {spec.head_share:.0%} most popular training items",
+            "items:tail": f"test items among the {spec.tail_share:.0%} least popular",
+            "items:mid": "the other test items (and items unseen in training: tail)",
+        },
+    )
+
+
+def _bucket_per_user(
+    qrels: pd.DataFrame,
+    recs: pd.DataFrame,
+    names: Sequence[str],
+    bucket_of: pd.Series,
+    bucket: str,
+    options: Mapping[str, Any],
+) -> pd.DataFrame:
+    """Per-user metrics judged only against the user's test items in one popularity bucket."""
+    item_bucket = bucket_of.reindex(qrels["item"]).fillna("tail").to_numpy()
+    truth = qrels[item_bucket == bucket]
+    if truth.empty:
+        return pd.DataFrame(columns=list(names), dtype=float)
+    run = pd.DataFrame({"user": recs["user"], "item": recs["item"], "score": -recs["rank"]})
+    if run.empty:
+        run = truth.assign(score=0.0).iloc[:0][["user", "item", "score"]]
+    ev = metrics.evaluate(truth, run.astype({"user": truth["user"].dtype}), list(names), **options)
+    return ev.per_user
+
+
+def _rows(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    names: Sequence[str],
+    segment: str,
+    spec: CompareSpec,
+    summaries: tuple[Mapping[str, float], Mapping[str, float]] | None,
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        definition = metrics.parse(name).definition
+        hib = definition.higher_is_better
+        va, vb = a[name], b[name]
+        if va.notna().sum() == 0 or vb.notna().sum() == 0:
+            if summaries is None:
+                continue
+            base, cand = summaries[0].get(name, np.nan), summaries[1].get(name, np.nan)
+            rows.append(
+                {
+                    "segment": segment,
+                    "metric": name,
+                    "kind": "run-level",
+                    "higher_is_better": hib,
+                    "mean_a": base,
+                    "mean_b": cand,
+                    "diff": cand - base,
+                    "lift": (cand - base) / base if base else np.nan,
+                    "n": np.nan,
+                }
+            )
+            continue
+        ok = va.notna() & vb.notna()
+        if ok.sum() < 2:
+            continue
+        res = stats.compare(
+            va[ok],
+            vb[ok],
+            tolerance=spec.tolerance,
+            relative=spec.relative_tolerance,
+            higher_is_better=hib,
+            n_resamples=spec.n_resamples,
+            seed=spec.seed,
+            confidence=spec.confidence,
+        )
+        rows.append(
+            {
+                "segment": segment,
+                "metric": name,
+                "kind": "per-user",
+                "higher_is_better": hib,
+                **res.as_dict(),
+            }
+        )
+    return rows
+
+
+def compare_pair(
+    baseline: str,
+    candidate: str,
+    per_user: tuple[pd.DataFrame, pd.DataFrame],
+    names: Sequence[str],
+    spec: CompareSpec,
+    *,
+    summaries: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
+    segments: SegmentData | None = None,
+    qrels: pd.DataFrame | None = None,
+    recs: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> PairComparison:
+    """Compare ``candidate`` with ``baseline`` on every metric, overall and per segment.
+
+    The two per-user tables must cover the same users (same split): otherwise a ``ValueError``
+    names an example user. Whole-run metrics (coverage, gini) have no per-user values: their row
+    carries the two summary values and the difference, without a confidence interval.
+    """
+    a, b = per_user
+    if not a.index.equals(b.index):
+        only = a.index.symmetric_difference(b.index)
+        example = only[0] if len(only) else "(same users, different order)"
+        raise ValueError(
+            f"{baseline!r} and {candidate!r} were evaluated on different users "
+            f"({len(only)} differ, e.g. {example!r}); compare models on the same split"
+        )
+    names = [n for n in names if n in a.columns and n in b.columns]
+    rows = _rows(a, b, names, "all", spec, summaries)
+    notes: list[str] = []
+    if segments is not None:
+        for seg, users in segments.users.items():
+            keep = a.index.isin(users)
+            rows += _rows(a[keep], b[keep], names, seg, spec, None)
+        if qrels is not None and recs is not None:
+            ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
+            for bucket in ("head", "mid", "tail"):
+                pa, pb = (
+                    _bucket_per_user(qrels, r, ranked, segments.item_bucket, bucket, options or {})
+                    for r in recs
+                )
+                rows += _rows(pa, pb.reindex(pa.index), ranked, f"items:{bucket}", spec, None)
+    table = pd.DataFrame(rows)
+    if not table.empty:
+        table["p_adjusted"] = np.nan
+        per_user = table["kind"] == "per-user"
+        for _, idx in table[per_user].groupby("segment").groups.items():
+            table.loc[idx, "p_adjusted"] = stats.adjust(
+                table.loc[idx, "p_randomization"].to_numpy(), spec.correction
+            )
+    differences = {n: (b[n] - a[n]).dropna() for n in names if b[n].notna().any()}
+    if spec.gsb_metric not in names:
+        notes.append(f"GSB metric {spec.gsb_metric!r} is not in the compared metrics")
+    definitions = segments.definitions if segments is not None else {}
+    return PairComparison(
+        baseline, candidate, table, spec.gsb_metric, differences, notes, definitions
+    )
+
+
+def compare_models(
+    result: ExperimentResult, spec: CompareSpec
+) -> tuple[list[PairComparison], list[str]]:
+    """Every successful model against ``spec.baseline`` on the run's split (with segments)."""
+    notes: list[str] = []
+    if not spec.baseline:
+        return [], notes
+    base = result.outcomes.get(spec.baseline)
+    if base is None or base.evaluation is None:
+        why = "was not run" if base is None else "failed"
+        notes.append(
+            f"no comparison: the baseline {spec.baseline!r} {why} "
+            "(choose one with compare.baseline=NAME)"
+        )
+        return [], notes
+    names = list(spec.metrics or result.suite.names)
+    unknown = [n for n in names if n not in result.suite.names]
+    if unknown:
+        raise ValueError(f"compare.metrics has {unknown[0]!r}, which is not in metrics.names")
+    segments = qrels = None
+    if spec.segments:
+        from harness.experiment import qrels_from_test
+
+        qrels = qrels_from_test(result.split.test, result.suite)
+        segments = segment_data(result.split.train, np.sort(qrels["user"].unique()), spec)
+    pairs = []
+    for name, outcome in result.outcomes.items():
+        if name == spec.baseline or outcome.evaluation is None:
+            continue
+        assert base.recommendations is not None and outcome.recommendations is not None
+        pairs.append(
+            compare_pair(
+                spec.baseline,
+                name,
+                (base.evaluation.per_user, outcome.evaluation.per_user),
+                names,
+                spec,
+                summaries=(base.evaluation.summary, outcome.evaluation.summary),
+                segments=segments,
+                qrels=qrels,
+                recs=(base.recommendations, outcome.recommendations),
+                options=result.suite.evaluate_options(),
+            )
+        )
+    return pairs, notes
