@@ -1,0 +1,141 @@
+"""Comparisons between model versions and the launch gate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import metrics
+from harness.compare import CompareSpec, compare_models, compare_pair
+from harness.datasets import Dataset
+from harness.experiment import MetricSuite, run_models
+from harness.gate import GateSpec, decide, worst
+from harness.models import ItemKNN, PopularityModel, RandomModel
+from harness.split import make_split
+from harness.synthetic import generate
+
+SPEC = CompareSpec(n_resamples=400, seed=1)
+PRIMARY = GateSpec(
+    primary={"metric": "ndcg@10", "min_lift": 0.0}, gsb={"metric": "ndcg@10", "min_delta": 0.0}
+)
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    frame = generate(n_users=400, n_items=250, n_events=9000, seed=2)
+    split = make_split(frame, "global_time", cut=0.8)
+    suite = MetricSuite(k=10, names=("ndcg@10", "recall@10", "precision@10", "coverage@10"))
+    models = {
+        "popularity": PopularityModel(),
+        "item_knn": ItemKNN(),
+        "random": RandomModel(seed=0),
+        "popularity_again": PopularityModel(),
+    }
+    return run_models(
+        Dataset("s", frame, "s"),
+        split,
+        models,
+        suite,
+        tmp_path_factory.mktemp("out"),
+        progress=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def pairs(result):
+    found, notes = compare_models(result, SPEC)
+    assert not notes
+    return {p.candidate: p for p in found}
+
+
+def test_pair_numbers_match_independent_computations(result, pairs) -> None:
+    pair = pairs["item_knn"]
+    a = result.outcomes["popularity"].evaluation.per_user["ndcg@10"]
+    b = result.outcomes["item_knn"].evaluation.per_user["ndcg@10"]
+    row = pair.row("ndcg@10")
+    assert row["mean_a"] == pytest.approx(a.mean()) and row["mean_b"] == pytest.approx(b.mean())
+    assert row["diff"] == pytest.approx((b - a).mean())
+    assert row["lift"] == pytest.approx((b.mean() - a.mean()) / a.mean())
+    # GSB by hand: strictly better / equal / worse users
+    d = (b - a).to_numpy()
+    good, same, bad = (d > 0).sum(), (d == 0).sum(), (d < 0).sum()
+    assert (row["gsb_good"], row["gsb_same"], row["gsb_bad"]) == (good, same, bad)
+    assert row["gsb_delta"] == pytest.approx((good - bad) / len(d))
+    # the paired t-test equals scipy's
+    from scipy.stats import ttest_rel
+
+    assert row["p_t"] == pytest.approx(ttest_rel(b, a).pvalue)
+    # Holm across the family of the "all" segment
+    fam = pair.table[(pair.table["segment"] == "all") & (pair.table["kind"] == "per-user")]
+    p = fam["p_randomization"].to_numpy()
+    order = np.argsort(p)
+    holm = np.maximum.accumulate(np.minimum(1, (len(p) - np.arange(len(p))) * p[order]))
+    expected = np.empty_like(p)
+    expected[order] = holm
+    assert fam["p_adjusted"].to_numpy() == pytest.approx(expected)
+
+
+def test_coverage_is_a_run_level_row(result, pairs) -> None:
+    row = pairs["item_knn"].row("coverage@10")
+    summary = result.table()
+    assert row["kind"] == "run-level"
+    assert row["mean_b"] == pytest.approx(summary.loc["item_knn", "coverage@10"])
+    assert np.isnan(row.get("lift_ci_low", np.nan))
+
+
+def test_segments_are_compared(pairs) -> None:
+    segs = set(pairs["item_knn"].table["segment"])
+    assert {"all", "cold", "heavy", "items:head", "items:tail"} <= segs
+
+
+def test_baseline_against_itself_is_no_difference(pairs) -> None:
+    row = pairs["popularity_again"].row("ndcg@10")
+    assert row["gsb_delta"] == 0 and row["gsb_good"] == 0 and row["gsb_bad"] == 0
+    assert row["diff_ci_low"] == 0 and row["diff_ci_high"] == 0
+    assert row["p_randomization"] == 1.0
+    assert decide(pairs["popularity_again"], PRIMARY).decision == "INCONCLUSIVE"
+
+
+def test_clearly_better_is_go_and_clearly_worse_is_no_go(pairs) -> None:
+    better = decide(pairs["item_knn"], PRIMARY)
+    worse = decide(pairs["random"], PRIMARY)
+    assert better.decision == "GO", better.rules
+    assert worse.decision == "NO_GO", worse.rules
+    assert all(r.status == "fail" for r in worse.rules)
+    assert worst([better.decision, worse.decision]) == "NO_GO"
+    assert worst(["GO", "INCONCLUSIVE"]) == "INCONCLUSIVE" and worst([]) == "GO"
+
+
+def test_guardrail_non_inferiority_and_missing_metric(pairs) -> None:
+    spec = GateSpec(
+        guardrails=[{"metric": "coverage@10", "margin": 0.1}, {"metric": "mrr@10", "margin": 0.1}]
+    )
+    d = decide(pairs["random"], spec)
+    # random recommends far more distinct items: coverage is no loss
+    assert d.rules[0].status == "pass"
+    assert d.rules[1].status == "not_applicable"  # not in the suite: skipped, never a silent GO
+    assert d.decision == "GO"
+    nothing = decide(pairs["random"], GateSpec(guardrails=[{"metric": "mrr@10", "margin": 0.1}]))
+    assert nothing.decision == "INCONCLUSIVE"
+
+
+def test_different_users_are_refused() -> None:
+    a = pd.DataFrame({"ndcg@10": [0.1, 0.2]}, index=pd.Index([1, 2], name="user"))
+    b = pd.DataFrame({"ndcg@10": [0.1, 0.3]}, index=pd.Index([1, 3], name="user"))
+    with pytest.raises(ValueError, match="different users"):
+        compare_pair("a", "b", (a, b), ["ndcg@10"], SPEC)
+
+
+def test_seed_001_gsb_through_a_pair() -> None:
+    idx = pd.Index(["q1", "q2", "q3", "q4"], name="user")
+    a = pd.DataFrame({"ndcg@10": [0.5, 0.5, 0.5, 0.5]}, index=idx)
+    b = pd.DataFrame({"ndcg@10": [0.9, 0.5, 0.1, 0.2]}, index=idx)  # good, same, bad, bad
+    pair = compare_pair("a", "b", (a, b), ["ndcg@10"], SPEC)
+    assert pair.row("ndcg@10")["gsb_delta"] == pytest.approx(-0.25)
+    assert metrics.gsb(a["ndcg@10"], b["ndcg@10"]).delta == pytest.approx(-0.25)
+
+
+def test_missing_baseline_is_a_note(result) -> None:
+    pairs, notes = compare_models(result, CompareSpec(baseline="nope"))
+    assert pairs == [] and "nope" in notes[0]
