@@ -2,7 +2,8 @@
 
 The only module that sees a ``DictConfig``: it instantiates models and hands typed objects to
 :mod:`harness.experiment`. Exit codes: 0 success, 1 a model failed, 2 bad input or config,
-3 results saved locally but MLflow logging failed.
+3 results saved locally but MLflow logging failed; with ``gate.enforce=true`` and an otherwise
+successful run, 10 for NO_GO and 11 for INCONCLUSIVE.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import inspect
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -20,10 +22,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from harness.candidates import SAMPLED_WARNING, CandidateSpec, build_candidates
+from harness.compare import CompareSpec, PairComparison, compare_models
 from harness.datasets import load_dataset
 from harness.errors import DataError
 from harness.experiment import ExperimentResult, MetricSuite, run_models
+from harness.gate import EXIT_CODES, GateDecision, GateSpec, decide, worst
 from harness.models import Recommender
+from harness.report import ReportContext, write_report
 from harness.split import load_or_make_split, split_cache_key
 
 EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
@@ -75,7 +80,7 @@ def format_summary(result: ExperimentResult) -> str:
         f"{result.split.name}: train {stats.get('n_train_events', 0):,} / test "
         f"{stats.get('n_test_events', 0):,} events, {stats.get('n_test_users', 0):,} test users",
         "",
-        result.table().to_string(float_format=lambda v: f"{v:.4f}", na_rep="failed"),
+        result.table().to_string(float_format=lambda v: f"{v:.4f}", na_rep="-"),
     ]
     for name, outcome in result.outcomes.items():
         lines += [f"note ({name}): {note}" for note in outcome.notes]
@@ -84,31 +89,109 @@ def format_summary(result: ExperimentResult) -> str:
     return "\n".join(lines)
 
 
+def _plain(node: Any) -> Any:
+    """A config node as plain containers, interpolations resolved, ``???`` an error."""
+    return OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+
+
+def compare_spec_of(cfg: DictConfig) -> CompareSpec:
+    """The typed ``compare/`` config (absent group: no comparison)."""
+    node = _plain(cfg.get("compare") or {"baseline": None})
+    if node.get("metrics") is not None:
+        node["metrics"] = tuple(node["metrics"])
+    return CompareSpec(**node)
+
+
+def gate_spec_of(cfg: DictConfig) -> GateSpec:
+    """The typed ``gate/`` config (absent group: no gate)."""
+    return GateSpec(**_plain(cfg.get("gate") or {"enabled": False}))
+
+
+def _verdicts(
+    result: ExperimentResult, cspec: CompareSpec, gspec: GateSpec
+) -> tuple[list[PairComparison], dict[str, GateDecision], str | None, list[str]]:
+    """Compare every candidate with the baseline and apply the gate."""
+    pairs, notes = compare_models(result, cspec)
+    decisions = {p.candidate: decide(p, gspec) for p in pairs} if gspec.enabled else {}
+    overall = worst([d.decision for d in decisions.values()]) if decisions else None
+    return pairs, decisions, overall, notes
+
+
+def format_verdicts(
+    pairs: list[PairComparison], decisions: dict[str, GateDecision], overall: str | None
+) -> str:
+    """Per candidate: ΔGSB and the primary lift with CIs, then the gate decision and reasons."""
+    lines = []
+    for pair in pairs:
+        row = pair.row(pair.gsb_metric)
+        head = f"{pair.candidate} vs {pair.baseline}"
+        if row is not None and "gsb_delta" in row:
+            head += (
+                f": ΔGSB({pair.gsb_metric}) {row['gsb_delta']:+.3f} "
+                f"[{row['gsb_ci_low']:+.3f}, {row['gsb_ci_high']:+.3f}], "
+                f"lift {row['lift']:+.2%} [{row['lift_ci_low']:+.2%}, {row['lift_ci_high']:+.2%}]"
+            )
+        lines.append(head)
+        decision = decisions.get(pair.candidate)
+        if decision is not None:
+            lines.append(f"  gate: {decision.decision}")
+            lines += [
+                f"    {r.rule} {r.metric} ({r.segment}): {r.status} — {r.reason}"
+                for r in decision.rules
+            ]
+    if overall is not None:
+        lines.append(f"overall gate decision: {overall}")
+    return "\n".join(lines)
+
+
+def report_context(
+    result: ExperimentResult,
+    pairs: list[PairComparison],
+    decisions: dict[str, GateDecision],
+    overall: str | None,
+    notes: list[str],
+    experiment: str,
+    config_yaml: str,
+) -> ReportContext:
+    """Everything the report shows, from one run's results and verdicts."""
+    events = len(result.dataset.frame)
+    return ReportContext(
+        title=f"Offline evaluation: {experiment}",
+        experiment=experiment,
+        created=time.strftime("%Y-%m-%d %H:%M:%S"),
+        dataset=f"{result.dataset.name} ({result.dataset.source}), {events:,} events",
+        split=result.split.name,
+        split_stats=result.split.stats,
+        candidates=result.candidates,
+        metric_options=result.options,
+        config_yaml=config_yaml,
+        summary=result.table(),
+        pairs=pairs,
+        decisions=decisions,
+        overall=overall,
+        segment_definitions=pairs[0].segments if pairs else {},
+        notes=notes + [f"{n}: {note}" for n, o in result.outcomes.items() for note in o.notes],
+        run_ids={},
+    )
+
+
 def run(cfg: DictConfig) -> int:
     """Run one experiment from a composed config; return the process exit code."""
     progress = bool(cfg.get("progress", True))
     runs_dir = Path(cfg.runs_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     suite = suite_of(cfg)
+    cspec, gspec = compare_spec_of(cfg), gate_spec_of(cfg)
+    cand_spec = CandidateSpec(**_plain(cfg.get("candidates") or {"kind": "full"}))
     models, load_errors = build_models(cfg, progress)
-    dataset = load_dataset(
-        OmegaConf.to_container(cfg.dataset, resolve=True, throw_on_missing=True)  # type: ignore[arg-type]
-    )
-    split_params = OmegaConf.to_container(cfg.split, resolve=True, throw_on_missing=True)
-    assert isinstance(split_params, dict)
+    dataset = load_dataset(_plain(cfg.dataset))
+    split_params = _plain(cfg.split)
     method = split_params.pop("method")
     split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
     key = split_cache_key(dataset.frame, method, split_params)
     folder = runs_dir / "results" / str(cfg.name) / f"{stamp}-{key[:8]}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    cand_spec = CandidateSpec(
-        **OmegaConf.to_container(
-            cfg.candidates,
-            resolve=True,  # type: ignore[arg-type]
-            throw_on_missing=True,
-        )
-    )
     candidates, cand_stats = build_candidates(cand_spec, split, runs_dir / "splits" / key)
     if cand_spec.kind == "sampled":
         print(f"WARNING: {SAMPLED_WARNING}", file=sys.stderr)
@@ -124,7 +207,22 @@ def run(cfg: DictConfig) -> int:
     )
     result.candidates = cand_stats
     print(format_summary(result))
-    print(f"\nresults: {folder}")
+    pairs, decisions, overall, notes = _verdicts(result, cspec, gspec)
+    report = write_report(
+        ReportContext.of(
+            result,
+            pairs,
+            decisions,
+            overall,
+            notes,
+            str(cfg.name),
+            OmegaConf.to_yaml(cfg, resolve=True),
+        ),
+        folder,
+    )
+    print()
+    print(format_verdicts(pairs, decisions, overall) or "\n".join(notes))
+    print(f"\nresults: {folder}\nreport:  {report['html']}")
     code = EXIT_MODEL_FAILED if result.failed else 0
     if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri"):
         try:
@@ -136,12 +234,12 @@ def run(cfg: DictConfig) -> int:
                 tracker,
                 result,
                 run_name=f"{dataset.name}-{split.name}-{stamp}",
-                config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+                config=_plain(cfg),
                 split_key=key,
-                model_params={
-                    n: OmegaConf.to_container(v, resolve=True)  # type: ignore[misc]
-                    for n, v in cfg.model.items()
-                },
+                model_params={n: _plain(v) for n, v in cfg.model.items()},
+                pairs=pairs,
+                decisions=decisions,
+                overall=overall,
             )
         except Exception as err:
             if cfg.get("debug"):
@@ -155,6 +253,8 @@ def run(cfg: DictConfig) -> int:
         print(f"MLflow: {cfg.tracking.uri} experiment {cfg.name!r}, parent run {ids['parent']}")
         if str(cfg.tracking.uri).startswith("sqlite:///"):
             print(f"  open with: mlflow ui --backend-store-uri {cfg.tracking.uri}")
+    if code == 0 and gspec.enforce and overall is not None:
+        code = EXIT_CODES[overall]
     return code
 
 

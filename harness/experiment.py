@@ -217,8 +217,10 @@ def _evaluate(
             outcome.notes.append(note)
         extra = rated.per_user if rated else pd.DataFrame(columns=rating, dtype=float)
         ev = metrics.Evaluation(
-            summary={n: (rated.summary[n] if rated else float("nan")) for n in suite.names}
-            | {n: ev.summary[n] for n in ranking},
+            summary={
+                n: ev.summary[n] if n in ranking else rated.summary[n] if rated else float("nan")
+                for n in suite.names
+            },
             per_user=ev.per_user.join(extra, how="left")[list(suite.names)],
             options=ev.options,
             counts=ev.counts | (rated.counts if rated else {}),

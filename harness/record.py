@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.candidates import SAMPLED_WARNING
+from harness.compare import PairComparison
 from harness.experiment import ExperimentResult
+from harness.gate import GateDecision
 from harness.split import data_hash
 from harness.tracking import Tracker, flatten, git_state
 
@@ -30,8 +32,17 @@ def record(
     config: Mapping[str, Any],
     split_key: str,
     model_params: Mapping[str, Mapping[str, Any]],
+    pairs: Sequence[PairComparison] = (),
+    decisions: Mapping[str, GateDecision] | None = None,
+    overall: str | None = None,
 ) -> dict[str, str]:
-    """Log everything; return the run ids (``parent`` and one per model)."""
+    """Log everything; return the run ids (``parent`` and one per model).
+
+    Each candidate's run gets its comparison numbers (``compare.<segment>.<metric>.<stat>``) and
+    its ``gate.decision``; the parent gets the overall decision and the report.
+    """
+    decisions = decisions or {}
+    by_candidate = {p.candidate: p for p in pairs}
     data_digest = data_hash(result.dataset.frame)
     code_repo = git_state(Path(__file__).resolve().parent)
     tags = {
@@ -83,6 +94,10 @@ def record(
                 **({"error": outcome.error} if outcome.error else {}),
             },
         )
+        if name in by_candidate:
+            tracker.log(child, metrics=by_candidate[name].metrics_dict())
+        if name in decisions:
+            tracker.log(child, tags=decisions[name].as_tags())
         tracker.log_artifacts(child, result.folder / name)
         tracker.finish(child, "FINISHED" if outcome.ok else "FAILED")
     summary = {
@@ -94,5 +109,9 @@ def record(
     for path in sorted(result.folder.iterdir()):
         if path.is_file():
             tracker.client.log_artifact(parent, str(path))
+    if (result.folder / "report_files").is_dir():
+        tracker.log_artifacts(parent, result.folder / "report_files", "report_files")
+    if overall is not None:
+        tracker.log(parent, tags={"gate.decision": overall})
     tracker.finish(parent, "FAILED" if result.failed else "FINISHED")
     return ids

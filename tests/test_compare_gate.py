@@ -139,3 +139,93 @@ def test_seed_001_gsb_through_a_pair() -> None:
 def test_missing_baseline_is_a_note(result) -> None:
     pairs, notes = compare_models(result, CompareSpec(baseline="nope"))
     assert pairs == [] and "nope" in notes[0]
+
+
+def _harness(cwd, *overrides):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "experiment=quick", "progress=false", *overrides],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _child_runs(cwd):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{cwd}/runs/mlflow.db")
+    exp = client.get_experiment_by_name("offline-eval")
+    return client, client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+@pytest.mark.slow
+def test_gate_enforce_exit_codes_and_tags(tmp_path) -> None:
+    only_primary = ["gate.guardrails=[]", "gate.gsb=null", "compare.segments=false"]
+    no_go = _harness(tmp_path, "model=[popularity,random]", "gate.enforce=true", *only_primary)
+    assert no_go.returncode == 10, no_go.stderr
+    assert "overall gate decision: NO_GO" in no_go.stdout
+    same = _harness(
+        tmp_path,
+        "model=[popularity]",
+        "+model.again._target_=harness.models.PopularityModel",
+        "gate.enforce=true",
+        *only_primary,
+    )
+    assert same.returncode == 11, same.stderr  # identical to the baseline: INCONCLUSIVE
+    go = _harness(tmp_path, "model=[popularity,item_knn]", "gate.enforce=true", *only_primary)
+    assert go.returncode == 0, go.stdout + go.stderr
+    not_enforced = _harness(tmp_path, "model=[popularity,random]", *only_primary)
+    assert not_enforced.returncode == 0  # the run itself succeeded
+    client, runs = _child_runs(tmp_path)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert [p.data.tags.get("gate.decision") for p in parents] == [
+        "NO_GO",
+        "INCONCLUSIVE",
+        "GO",
+        "NO_GO",
+    ]
+    random_run = next(r for r in runs if r.info.run_name == "random")
+    assert random_run.data.tags["gate.decision"] == "NO_GO"
+    assert "compare.all.ndcg@10.gsb_delta".replace("@", "_at_") in random_run.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    assert {"report.html", "report.md"} <= artifacts
+
+
+@pytest.mark.slow
+def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    assert _harness(tmp_path, "model=[popularity,item_knn]").returncode == 0
+    assert _harness(tmp_path, "model=[popularity]", "split=leave_one_out").returncode == 0
+    _, runs = _child_runs(tmp_path)
+    by_name = {}
+    for r in runs:
+        by_name.setdefault(r.info.run_name, []).append(r)
+    pop, knn = by_name["popularity"][0], by_name["item_knn"][0]
+    other_split_pop = by_name["popularity"][1]
+
+    def cli(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "harness.compare", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    done = cli(pop.info.run_id, knn.info.run_id, "--enforce", "gate.guardrails=[]", "gate.gsb=null")
+    assert done.returncode == 0, done.stderr
+    assert "item_knn vs popularity" in done.stdout and "gate: GO" in done.stdout
+    # the recomputed ΔGSB equals the one logged during the run
+    logged = knn.data.metrics["compare.all.ndcg_at_10.gsb_delta"]
+    line = next(x for x in done.stdout.splitlines() if x.strip().startswith("ndcg@10"))
+    assert float(line.split()[-1]) == pytest.approx(logged, abs=5e-5)
+    refused = cli(other_split_pop.info.run_id, knn.info.run_id)
+    assert refused.returncode == 2 and "different splits" in refused.stderr
+    _, after = _child_runs(tmp_path)
+    assert any(r.data.tags.get("compare.candidate_run") == knn.info.run_id for r in after)

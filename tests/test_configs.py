@@ -175,14 +175,38 @@ def test_experiment_quick_is_small_and_overridable() -> None:
 # ---------------------------------------------------------------------------------- models
 
 
+# `mlflow` needs a registered model (tested end to end in test_models_more.py).
+LOCAL_MODELS = [m for m in options("model") if m != "mlflow"]
+
+
+@pytest.fixture(scope="module")
+def scores_file(small_frame: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A precomputed-scores file covering every (user, item) of the small data."""
+    rng = np.random.default_rng(0)
+    users, items = small_frame["user"].unique(), small_frame["item"].unique()
+    grid = pd.MultiIndex.from_product([users, items], names=["user", "item"]).to_frame(index=False)
+    path = tmp_path_factory.mktemp("scores") / "scores.parquet"
+    grid.assign(score=rng.random(len(grid))).to_parquet(path)
+    return path
+
+
+def test_models_with_required_values_name_them() -> None:
+    from omegaconf.errors import MissingMandatoryValue
+
+    for option, key in (("mlflow", "uri"), ("precomputed", "path")):
+        with pytest.raises(MissingMandatoryValue, match=key):
+            instantiate(cfg_of(f"model={option}").model[option])
+
+
 @pytest.mark.parametrize(
     "selection",
-    [*options("model"), "[" + ",".join(options("model")) + "]", "[random,popularity,item_knn]"],
+    [*LOCAL_MODELS, "[" + ",".join(LOCAL_MODELS) + "]", "[random,popularity,item_knn]"],
 )
 def test_model_selection_instantiates_working_models(
-    selection: str, small_frame: pd.DataFrame
+    selection: str, small_frame: pd.DataFrame, scores_file: Path
 ) -> None:
-    cfg = cfg_of(f"model={selection}")
+    extra = [f"model.precomputed.path={scores_file}"] if "precomputed" in selection else []
+    cfg = cfg_of(f"model={selection}", *extra)
     expected = selection.strip("[]").split(",")
     assert list(cfg.model) == expected
     split = make_split(small_frame, "global_time", cut=0.8)

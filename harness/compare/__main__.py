@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -86,7 +87,8 @@ def _specs(gate: str, baseline: str, overrides: Sequence[str]) -> tuple[CompareS
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Recompute and log the comparison; return the exit code."""
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow import MlflowClient
 
     client = MlflowClient(args.tracking_uri)

@@ -11,14 +11,22 @@ from harness.models.base import (
     topk_rows,
 )
 from harness.models.baselines import PopularityModel, RandomModel
+from harness.models.bias import BiasRating
 from harness.models.knn import ItemKNN
+from harness.models.mf import ALS
+from harness.models.mlflow_model import MLflowModel
+from harness.models.precomputed import PrecomputedScores
 
 __all__ = [
+    "ALS",
     "PAD_ITEM_INT",
     "PAD_ITEM_OBJECT",
     "BaseRecommender",
+    "BiasRating",
     "ItemKNN",
+    "MLflowModel",
     "PopularityModel",
+    "PrecomputedScores",
     "RandomModel",
     "Recommender",
     "padding_mask",

@@ -1,0 +1,442 @@
+"""The HTML / Markdown report, built from a real comparison of two fitted models.
+
+Expected numbers are formatted here from the PairComparison table, independently of the
+renderer, and looked up in the parsed HTML tables.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import math
+import re
+import shutil
+import subprocess
+from collections import Counter
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import synthetic
+from harness.compare import CompareSpec, PairComparison, compare_pair, segment_data
+from harness.datasets import Dataset
+from harness.experiment import MetricSuite, qrels_from_test, run_models
+from harness.gate import GateSpec, decide
+from harness.models import ItemKNN, PopularityModel
+from harness.report import ReportContext, render_html, render_markdown, write_report
+from harness.split import make_split
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+VOID = {"meta", "img", "br", "hr", "link", "input", "col", "wbr", "source"}
+MAIN_TAGS = ("html", "head", "body", "main", "table", "thead", "tbody", "tr", "th", "td",
+             "details", "summary", "div", "p", "ul", "li", "pre", "h1", "h2", "h3", "figure")
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+# ------------------------------------------------------------------------------ HTML reading
+
+
+class Page(HTMLParser):
+    """Checks nesting (every non-void tag closed in order) and collects text, tables, images."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.starts: Counter[str] = Counter()
+        self.ends: Counter[str] = Counter()
+        self.text: list[str] = []
+        self.tables: list[dict[str, Any]] = []
+        self.images: list[dict[str, str | None]] = []
+        self.doctype = ""
+        self._open_tables: list[dict[str, Any]] = []
+        self._cell: list[str] | None = None
+        self._cell_class = ""
+
+    def handle_decl(self, decl: str) -> None:
+        self.doctype = decl
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.starts[tag] += 1
+        if tag == "img":
+            self.images.append(a)
+        if tag in VOID:
+            return
+        self.stack.append(tag)
+        if tag == "table":
+            table: dict[str, Any] = {"attrs": a, "rows": [], "classes": [],
+                                     "in_details": "details" in self.stack}
+            self.tables.append(table)
+            self._open_tables.append(table)
+        elif tag == "tr" and self._open_tables:
+            self._open_tables[-1]["rows"].append([])
+            self._open_tables[-1]["classes"].append([])
+        elif tag in ("td", "th"):
+            self._cell, self._cell_class = [], a.get("class") or ""
+
+    def handle_endtag(self, tag: str) -> None:
+        self.ends[tag] += 1
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+            return
+        self.stack.pop()
+        if tag in ("td", "th") and self._cell is not None and self._open_tables:
+            self._open_tables[-1]["rows"][-1].append("".join(self._cell).strip())
+            self._open_tables[-1]["classes"][-1].append(self._cell_class)
+            self._cell = None
+        elif tag == "table":
+            self._open_tables.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def all_text(self) -> str:
+        return " ".join(" ".join(self.text).split())
+
+    def table(self, **attrs: str) -> dict[str, Any]:
+        hits = [t for t in self.tables if all(t["attrs"].get(k) == v for k, v in attrs.items())]
+        assert len(hits) == 1, f"expected one table with {attrs}, found {len(hits)}"
+        return hits[0]
+
+
+def parse(html_text: str) -> Page:
+    page = Page()
+    page.feed(html_text)
+    page.close()
+    assert page.errors == []
+    assert page.stack == [], f"unclosed tags: {page.stack}"
+    for tag in MAIN_TAGS:
+        assert page.starts[tag] == page.ends[tag], f"<{tag}> opened {page.starts[tag]} times, " \
+            f"closed {page.ends[tag]}"
+    assert page.doctype.lower() == "doctype html"
+    return page
+
+
+# ------------------------------------------------------------------------------ expected text
+
+
+def f4(x: float) -> str:
+    return "—" if not math.isfinite(x) else f"{x:.4f}"
+
+
+def with_ci(x: float, lo: float, hi: float, fmt: str) -> str:
+    if not math.isfinite(x):
+        return "—"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return format(x, fmt)
+    return f"{format(x, fmt)} [{format(lo, fmt)}, {format(hi, fmt)}]"
+
+
+def p_text(p: float) -> str:
+    return "—" if not math.isfinite(p) else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def expected_cells(r: pd.Series) -> dict[str, str]:
+    g = {k: float(r.get(k, np.nan)) for k in r.index if k not in ("segment", "metric", "kind")}
+    nan = float("nan")
+    get = lambda k: g.get(k, nan)  # noqa: E731
+    return {
+        "metric": str(r["metric"]),
+        "baseline": f4(get("mean_a")),
+        "candidate": f4(get("mean_b")),
+        "diff": with_ci(get("diff"), get("diff_ci_low"), get("diff_ci_high"), "+.4f"),
+        "lift": with_ci(get("lift"), get("lift_ci_low"), get("lift_ci_high"), "+.2%"),
+        "p": p_text(get("p_randomization")),
+        "p_adj": p_text(get("p_adjusted")),
+        "d": "—" if not math.isfinite(get("effect_size")) else f"{get('effect_size'):+.2f}",
+        "gsb": with_ci(get("gsb_delta"), get("gsb_ci_low"), get("gsb_ci_high"), "+.3f"),
+    }
+
+
+def expected_tone(r: pd.Series, lo_key: str, hi_key: str) -> str:
+    lo, hi = float(r.get(lo_key, np.nan)), float(r.get(hi_key, np.nan))
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0 <= hi:
+        return ""
+    return "better" if (lo > 0) == bool(r["higher_is_better"]) else "worse"
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Popularity vs ItemKNN on small synthetic data: the comparison and the gate decision."""
+    frame = synthetic.generate(n_users=300, n_items=200, n_events=6000, seed=0)
+    split = make_split(frame, "global_time", cut=0.8)
+    suite = MetricSuite(k=10, names=("ndcg@10", "recall@10", "coverage@10"))
+    models = {"popularity": PopularityModel(), "itemknn": ItemKNN()}
+    result = run_models(Dataset("synthetic", frame, "synthetic:seed=0"), split, models, suite,
+                        tmp_path_factory.mktemp("run") / "out", progress=False)
+    assert not result.failed
+    spec = CompareSpec(n_resamples=200)
+    a, b = result.outcomes["popularity"], result.outcomes["itemknn"]
+    assert a.evaluation is not None and b.evaluation is not None
+    segs = segment_data(split.train, a.evaluation.per_user.index.to_numpy(), spec)
+    pair = compare_pair(
+        "popularity", "itemknn", (a.evaluation.per_user, b.evaluation.per_user), suite.names,
+        spec, summaries=(a.evaluation.summary, b.evaluation.summary), segments=segs,
+        qrels=qrels_from_test(split.test, suite), recs=(a.recommendations, b.recommendations),
+        options=suite.evaluate_options(),
+    )
+    gate = GateSpec(primary={"metric": "ndcg@10", "min_lift": 0.0},
+                    guardrails=[{"metric": "coverage@10", "margin": 0.1}],
+                    gsb={"metric": "ndcg@10", "min_delta": 0.0})
+    decision = decide(pair, gate)
+    ctx = ReportContext(
+        title="Offline evaluation: report-test",
+        experiment="report-test",
+        created="2024-05-01T12:00:00+00:00",
+        dataset="synthetic (synthetic:seed=0), 6,000 events",
+        split=split.name,
+        split_stats=dict(split.stats),
+        candidates={"candidates.kind": "full"},
+        metric_options=dict(result.options),
+        config_yaml="name: report-test\nmetrics:\n  k: 10\n",
+        summary=result.table(),
+        pairs=[pair],
+        decisions={"itemknn": decision},
+        overall=decision.decision,
+        segment_definitions=segs.definitions,
+        notes=["a note with <markup> & ampersand"],
+        run_ids={"parent": "abc123"},
+    )
+    return {"ctx": ctx, "pair": pair, "decision": decision, "html": render_html(ctx)}
+
+
+# ------------------------------------------------------------------------------ tests
+
+
+def test_html_is_well_formed_and_shows_every_decision(real: dict[str, Any]) -> None:
+    html_text, decision = real["html"], real["decision"]
+    page = parse(html_text)
+    text = page.all_text()
+    assert f"Overall decision {decision.decision}" in text
+    assert decision.decision in {"GO", "NO_GO", "INCONCLUSIVE"}
+    statuses = Counter(r.status for r in decision.rules)
+    assert f"{decision.decision} itemknn vs popularity (" in text  # the per-candidate line
+    assert f"{statuses['pass']} pass" in text
+    # one decision line per candidate, and a rules table with one row per rule
+    rules = page.table(**{"class": "rules", "data-candidate": "itemknn"})
+    body = rules["rows"][1:]
+    assert [row[0] for row in body] == [r.rule for r in decision.rules]
+    for row, rule in zip(body, decision.rules, strict=True):
+        assert row[1:4] == [rule.metric, rule.segment, rule.status]
+        assert row[7] == rule.reason
+    assert "itemknn vs popularity" in text
+    # the note is escaped in the source and readable in the text
+    assert "<markup>" not in html_text and "a note with <markup> & ampersand" in text
+    # self-contained: no scripts, stylesheets or external URLs
+    assert "<script" not in html_text and "<link" not in html_text
+    assert not re.search(r"(src|href)=\"(?!data:|#)", html_text)
+
+
+def test_badge_colour_follows_the_decision(real: dict[str, Any]) -> None:
+    ctx: ReportContext = real["ctx"]
+    for overall in ("GO", "NO_GO", "INCONCLUSIVE"):
+        html_text = render_html(dataclasses.replace(ctx, overall=overall))
+        assert re.search(rf'class="badge big {overall}">{overall}<', html_text)
+
+
+def test_metric_rows_match_the_comparison_table(real: dict[str, Any]) -> None:
+    pair: PairComparison = real["pair"]
+    page = parse(real["html"])
+    table = page.table(**{"class": "pair", "data-candidate": "itemknn", "data-segment": "all"})
+    header, rows, classes = table["rows"][0], table["rows"][1:], table["classes"][1:]
+    col = {name: i for i, name in enumerate(header)}
+    assert header[:4] == ["Metric", "n", "Baseline: popularity", "Candidate: itemknn"]
+    expected = pair.table[pair.table["segment"] == "all"]
+    assert [r[0] for r in rows] == expected["metric"].tolist()
+    assert len(rows) == 3
+    for (_, r), row, cls in zip(expected.iterrows(), rows, classes, strict=True):
+        want = expected_cells(r)
+        got = {
+            "metric": row[0], "baseline": row[col["Baseline: popularity"]],
+            "candidate": row[col["Candidate: itemknn"]], "diff": row[col["Δ [95% CI]"]],
+            "lift": row[col["Relative lift [95% CI]"]], "p": row[col["p (randomization)"]],
+            "p_adj": row[col["p adjusted"]], "d": row[col["Effect size d_z"]],
+            "gsb": row[col["ΔGSB [95% CI]"]],
+        }
+        assert got == want
+        assert expected_tone(r, "diff_ci_low", "diff_ci_high") in cls[col["Δ [95% CI]"]]
+        if expected_tone(r, "diff_ci_low", "diff_ci_high") == "":
+            assert "better" not in cls[col["Δ [95% CI]"]]
+            assert "worse" not in cls[col["Δ [95% CI]"]]
+    # the run-level row has no CI and no test
+    cov = rows[expected["metric"].tolist().index("coverage@10")]
+    assert cov[col["p (randomization)"]] == "—" and "[" not in cov[col["Δ [95% CI]"]]
+    # every other segment has its own table inside a <details>
+    others = [s for s in dict.fromkeys(pair.table["segment"]) if s != "all"]
+    assert others
+    for seg in others:
+        seg_table = page.table(**{"class": "pair", "data-segment": seg})
+        assert seg_table["in_details"]
+        assert len(seg_table["rows"]) - 1 == int((pair.table["segment"] == seg).sum())
+
+
+def test_plots_are_embedded_pngs(real: dict[str, Any]) -> None:
+    page = parse(real["html"])
+    assert len(page.images) >= 3
+    for img in page.images:
+        src = img["src"] or ""
+        assert src.startswith("data:image/png;base64,")
+        data = base64.b64decode(src.split(",", 1)[1], validate=True)
+        assert data.startswith(PNG_SIGNATURE) and len(data) > 2000
+        assert img.get("alt")
+
+
+def test_markdown_has_the_decision_tables_and_images(real: dict[str, Any], tmp_path: Path) -> None:
+    ctx: ReportContext = real["ctx"]
+    pair: PairComparison = real["pair"]
+    md = render_markdown(ctx, tmp_path / "report_files")
+    assert f"Overall decision: **{ctx.overall}**" in md
+    assert f"**{real['decision'].decision}**: itemknn vs popularity" in md
+    header = "| Metric | n | Baseline: popularity | Candidate: itemknn |"
+    lines = md.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(header)]
+    assert len(starts) == pair.table["segment"].nunique()
+    first = starts[0]
+    assert lines[first + 1].startswith("|:---|")
+    for k, (_, r) in enumerate(pair.table[pair.table["segment"] == "all"].iterrows()):
+        row = lines[first + 2 + k]
+        assert row.startswith(f"| {r['metric']} |")
+        assert expected_cells(r)["diff"] in row
+        assert expected_cells(r)["baseline"] in row
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert len(links) >= 3
+    for link in links:
+        assert link.startswith("report_files/")
+        assert (tmp_path / link).read_bytes().startswith(PNG_SIGNATURE)
+    assert "```yaml\nname: report-test" in md
+
+
+def test_markdown_without_image_dir_writes_nothing(real: dict[str, Any], tmp_path: Path) -> None:
+    md = render_markdown(real["ctx"], None)
+    assert "![" not in md and "Plot not written" in md
+
+
+def test_write_report_creates_the_files(real: dict[str, Any], tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    paths = write_report(real["ctx"], folder)
+    assert paths["html"] == folder / "report.html" and paths["html"].is_file()
+    assert paths["markdown"] == folder / "report.md" and paths["markdown"].is_file()
+    pngs = sorted((folder / "report_files").glob("*.png"))
+    assert len(pngs) >= 3
+    assert {p for k, p in paths.items() if k.startswith("image:")} == set(pngs)
+    parse(paths["html"].read_text(encoding="utf-8"))
+    for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", paths["markdown"].read_text()):
+        assert (folder / link).is_file()
+
+
+def test_sampled_candidates_warning_only_when_sampled(real: dict[str, Any]) -> None:
+    ctx: ReportContext = real["ctx"]
+    sampled = dataclasses.replace(
+        ctx, candidates={"candidates.kind": "sampled", "candidates.n_negatives": 100}
+    )
+    page = parse(render_html(sampled))
+    assert 'class="warning"' in render_html(sampled)
+    assert "Sampled metrics are biased" in page.all_text()
+    assert "Warning" in render_markdown(sampled, None)
+    for kind in ("full", "file"):
+        other = dataclasses.replace(ctx, candidates={"candidates.kind": kind})
+        html_text = render_html(other)
+        assert 'class="warning"' not in html_text and "biased" not in html_text
+        assert "Warning" not in render_markdown(other, None)
+
+
+def test_no_pairs_failed_model_and_no_gate(real: dict[str, Any], tmp_path: Path) -> None:
+    ctx: ReportContext = real["ctx"]
+    summary = pd.concat([
+        ctx.summary.iloc[:1],
+        pd.DataFrame([[np.nan] * ctx.summary.shape[1]], index=["broken<model>"],
+                     columns=ctx.summary.columns),
+    ])
+    bare = dataclasses.replace(
+        ctx, summary=summary, pairs=[], decisions={}, overall=None, segment_definitions={},
+        notes=["broken<model> failed: RuntimeError: boom"], run_ids={},
+    )
+    page = parse(render_html(bare))
+    text = page.all_text()
+    assert "No comparison" in text and "only 1 model(s) produced results" in text
+    assert "NO GATE" in text and "No launch gate" in text
+    rows = page.table(**{"class": "summary"})["rows"]
+    assert rows[2] == ["broken<model> (failed)", "—", "—", "—"]
+    assert rows[1][1] == f4(float(ctx.summary.iloc[0, 0]))
+    assert page.images == []
+    md = render_markdown(bare, tmp_path / "report_files")
+    assert "No comparison" in md and "broken\\<model\\> (failed)" in md
+    told = dataclasses.replace(bare, notes=["no comparison: the baseline 'pop' failed"])
+    assert "No comparison: the baseline 'pop' failed." in parse(render_html(told)).all_text()
+    paths = write_report(bare, tmp_path / "bare")
+    assert paths["html"].is_file() and not list((tmp_path / "bare" / "report_files").glob("*"))
+
+
+def test_run_level_only_and_oriented_colours(real: dict[str, Any]) -> None:
+    """A pair with a whole-run row, a lower-is-better row whose CI is above 0 (worse) and no
+    per-user differences; a second pair with an empty table; a gate that checked nothing."""
+    nan = float("nan")
+    rows = [
+        {"segment": "all", "metric": "coverage@10", "kind": "run-level", "higher_is_better": True,
+         "mean_a": 0.2, "mean_b": 0.3, "diff": 0.1, "lift": 0.5, "n": nan},
+        {"segment": "all", "metric": "gini@10", "kind": "per-user", "higher_is_better": False,
+         "n": 50, "mean_a": 0.5, "mean_b": 0.52, "diff": 0.02, "diff_ci_low": 0.01,
+         "diff_ci_high": 0.03, "lift": 0.04, "lift_ci_low": 0.02, "lift_ci_high": 0.06,
+         "p_randomization": 0.0004, "p_adjusted": 0.0008, "effect_size": 0.6, "mde": 0.01,
+         "mde_rel": 0.02, "gsb_good": 10, "gsb_same": 5, "gsb_bad": 35, "gsb_delta": -0.5,
+         "gsb_ci_low": -0.7, "gsb_ci_high": -0.3, "confidence": 0.9},
+    ]
+    pair = PairComparison("base", "cand", pd.DataFrame(rows), "ndcg@10", {},
+                          ["GSB metric 'ndcg@10' is not in the compared metrics"])
+    empty = PairComparison("base", "other", pd.DataFrame(), "ndcg@10")
+    decision = decide(pair, GateSpec(primary={"metric": "ndcg@10"}))
+    assert decision.decision == "INCONCLUSIVE"
+    ctx = dataclasses.replace(real["ctx"], pairs=[pair, empty], decisions={"cand": decision},
+                              overall=None)
+    page = parse(render_html(ctx))
+    text = page.all_text()
+    assert "Overall decision INCONCLUSIVE" in text  # derived from the decisions
+    assert "not_applicable" in text
+    table = page.table(**{"class": "pair", "data-candidate": "cand", "data-segment": "all"})
+    header = table["rows"][0]
+    assert "Δ [90% CI]" in header
+    cov, gini = table["rows"][1], table["rows"][2]
+    assert cov[header.index("Δ [90% CI]")] == "+0.1000"
+    assert cov[header.index("Relative lift [90% CI]")] == "+50.00%"
+    assert gini[header.index("p (randomization)")] == "<0.001"
+    gini_cls = table["classes"][2]
+    assert "worse" in gini_cls[header.index("Δ [90% CI]")]  # lower is better, Δ > 0
+    assert "worse" in gini_cls[header.index("ΔGSB [90% CI]")]
+    assert "No metric could be compared for this pair." in text
+    # only the lift plot of "cand": no per-user differences, no row for the GSB metric
+    assert len(page.images) == 1 and "No pair has GSB counts." in text
+
+
+def test_chromium_renders_the_report(real: dict[str, Any], tmp_path: Path) -> None:
+    if not CHROMIUM.exists() and shutil.which("chromium") is None:
+        pytest.skip("chromium is not installed (/usr/bin/chromium)")
+    exe = str(CHROMIUM) if CHROMIUM.exists() else str(shutil.which("chromium"))
+    paths = write_report(real["ctx"], tmp_path / "run")
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run",
+         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+         "--window-size=1280,2000", paths["html"].resolve().as_uri()],
+        check=False, capture_output=True, timeout=120,
+    )
+    assert shot.is_file(), "chromium wrote no screenshot"
+    data = shot.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 20_000
+    import matplotlib.image as mpimg
+
+    pixels = mpimg.imread(shot)
+    assert pixels.shape[:2] == (2000, 1280)
+    assert float(pixels[..., :3].std()) > 0.05  # not a blank page
