@@ -11,6 +11,9 @@ from __future__ import annotations
 import inspect
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +24,12 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+import metrics
 from harness.candidates import SAMPLED_WARNING, CandidateSpec, build_candidates
 from harness.compare import CompareSpec, PairComparison, compare_models
 from harness.datasets import load_dataset
 from harness.errors import DataError
-from harness.experiment import ExperimentResult, MetricSuite, run_models
+from harness.experiment import Evaluator, ExperimentResult, MetricSuite, run_models
 from harness.gate import EXIT_CODES, GateDecision, GateSpec, decide, worst
 from harness.models import Recommender
 from harness.report import ReportContext, write_report
@@ -175,6 +179,25 @@ def report_context(
     )
 
 
+@contextmanager
+def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
+    """The metric engine of ``engine/``: numpy in-process, or Spark (session stopped after)."""
+    engine = cfg.get("engine") or {}
+    if engine.get("name", "numpy") != "spark":
+        yield metrics.evaluate
+        return
+    from harness.spark_engine import evaluate_spark, spark_session
+
+    spark = spark_session(
+        master=str(engine.get("master", "local[*]")),
+        config={"spark.sql.shuffle.partitions": str(engine.get("shuffle_partitions", 8))},
+    )
+    try:
+        yield partial(evaluate_spark, spark=spark, buckets=engine.get("buckets"))
+    finally:
+        spark.stop()
+
+
 def run(cfg: DictConfig) -> int:
     """Run one experiment from a composed config; return the process exit code."""
     progress = bool(cfg.get("progress", True))
@@ -195,16 +218,18 @@ def run(cfg: DictConfig) -> int:
     candidates, cand_stats = build_candidates(cand_spec, split, runs_dir / "splits" / key)
     if cand_spec.kind == "sampled":
         print(f"WARNING: {SAMPLED_WARNING}", file=sys.stderr)
-    result = run_models(
-        dataset,
-        split,
-        models,
-        suite,
-        folder,
-        progress=progress,
-        candidates=candidates,
-        load_errors=load_errors,
-    )
+    with engine_of(cfg) as evaluate:
+        result = run_models(
+            dataset,
+            split,
+            models,
+            suite,
+            folder,
+            progress=progress,
+            candidates=candidates,
+            load_errors=load_errors,
+            evaluate=evaluate,
+        )
     result.candidates = cand_stats
     print(format_summary(result))
     pairs, decisions, overall, notes = _verdicts(result, cspec, gspec)

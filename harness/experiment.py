@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,9 @@ import metrics
 from harness.datasets import Dataset
 from harness.models import PAD_ITEM_INT, PAD_ITEM_OBJECT, Recommender, padding_mask
 from harness.split import Split
+
+#: A metric engine: ``metrics.evaluate`` or one with the same signature and results.
+Evaluator = Callable[..., metrics.Evaluation]
 
 __all__ = ["ExperimentResult", "MetricSuite", "ModelOutcome", "qrels_from_test", "run_models"]
 
@@ -167,7 +170,7 @@ def _top_of(run: pd.DataFrame, k: int) -> pd.DataFrame:
 
 
 def _rating_metrics(
-    model: Recommender, split: Split, names: list[str], suite: MetricSuite
+    model: Recommender, split: Split, names: list[str], suite: MetricSuite, evaluate: Evaluator
 ) -> tuple[metrics.Evaluation | None, str | None]:
     """RMSE/MAE of the model's predicted ratings on the test pairs, or why they are skipped."""
     predict = getattr(model, "predict_ratings", None)
@@ -179,7 +182,7 @@ def _rating_metrics(
     predicted = np.asarray(predict(pairs["user"].to_numpy(), pairs["item"].to_numpy()), float)
     truth = pairs.rename(columns={"rating": "relevance"})
     run = pairs[["user", "item"]].assign(score=predicted)
-    return metrics.evaluate(truth, run, names, **suite.evaluate_options()), None
+    return evaluate(truth, run, names, **suite.evaluate_options()), None
 
 
 def _evaluate(
@@ -190,6 +193,7 @@ def _evaluate(
     suite: MetricSuite,
     catalog: np.ndarray,
     candidates: pd.DataFrame | None,
+    evaluate: Evaluator,
 ) -> None:
     """Rank (full catalog or candidates) and compute every metric of the suite for one model."""
     users = np.sort(qrels["user"].unique())
@@ -208,11 +212,11 @@ def _evaluate(
     run = run.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
     rating = [n for n in suite.names if metrics.parse(n).definition.kind == "rating"]
     ranking = [n for n in suite.names if n not in rating]
-    ev = metrics.evaluate(
+    ev = evaluate(
         qrels, run, ranking, train=split.train, catalog=catalog, **suite.evaluate_options()
     )
     if rating:
-        rated, note = _rating_metrics(model, split, rating, suite)
+        rated, note = _rating_metrics(model, split, rating, suite, evaluate)
         if note:
             outcome.notes.append(note)
         extra = rated.per_user if rated else pd.DataFrame(columns=rating, dtype=float)
@@ -239,11 +243,13 @@ def run_models(
     progress: bool = True,
     candidates: pd.DataFrame | None = None,
     load_errors: Mapping[str, str] | None = None,
+    evaluate: Evaluator = metrics.evaluate,
 ) -> ExperimentResult:
     """Fit, rank and evaluate every model on ``split``; write results under ``folder``.
 
     ``candidates`` (user, item) restricts ranking to given items per user (default: the full
-    catalog); ``load_errors`` names models that could not even be built, recorded as failed.
+    catalog); ``load_errors`` names models that could not even be built, recorded as failed;
+    ``evaluate`` is the metric engine (``metrics.evaluate``, or the Spark engine's equivalent).
     """
     qrels = qrels_from_test(split.test, suite)
     catalog = pd.unique(dataset.frame["item"])
@@ -258,7 +264,7 @@ def run_models(
             t0 = time.perf_counter()
             model.fit(split.train)
             outcome.seconds["fit"] = time.perf_counter() - t0
-            _evaluate(model, outcome, qrels, split, suite, catalog, candidates)
+            _evaluate(model, outcome, qrels, split, suite, catalog, candidates, evaluate)
         except Exception as err:
             outcome.error = f"{type(err).__name__}: {err}"
             (folder / name).mkdir(parents=True, exist_ok=True)

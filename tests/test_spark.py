@@ -1,0 +1,385 @@
+"""The Spark engine gives the numpy engine's numbers: metrics, splits and top-k.
+
+Needs PySpark and Java 17. Without them these tests skip, except under ``CI=true`` where they
+fail: a CI run must not pass by skipping the engine it is meant to check.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import metrics
+from harness import split as hsplit
+from harness.spark_engine import (
+    JAVA17_HOME,
+    _kth_smallest,
+    _quantile_index,
+    evaluate_spark,
+    global_time_spark,
+    leave_one_out_spark,
+    spark_session,
+    topk_spark,
+)
+from harness.synthetic import generate
+from metrics.registry import get
+
+pytestmark = [
+    pytest.mark.spark,
+    # PySpark 4.x's own pandas-3 notices, raised inside its conversions
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+]
+
+REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "trec_eval"
+TOL = 1e-9
+
+
+def _missing() -> str | None:
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (pip install -e '.[spark]')"
+    home = os.environ.get("JAVA_HOME") or (JAVA17_HOME if os.path.isdir(JAVA17_HOME) else "")
+    if not (home and os.path.exists(os.path.join(home, "bin", "java"))) and not shutil.which(
+        "java"
+    ):
+        return "no Java found (set JAVA_HOME to a JDK 17)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def spark() -> Any:
+    reason = _missing()
+    if reason:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"Spark tests cannot run under CI=true: {reason}")
+        pytest.skip(reason)
+    session = spark_session("local[2]", app_name="recsys-harness-tests")
+    yield session
+    session.stop()
+
+
+# ------------------------------------------------------------------------------- helpers
+
+
+def every_metric(ks: tuple[int, ...] = (5, 10)) -> list[str]:
+    """Every registered metric (aliases left out): whole list and at each cutoff."""
+    names = []
+    for name in metrics.list_metrics():
+        d = get(name)
+        if d.name != name:
+            continue
+        if d.cutoff != "required":
+            names.append(name)
+        if d.cutoff != "none":
+            names += [f"{name}@{k}" for k in ks]
+    return names
+
+
+def synthetic(seed: int, n: int = 150, n_items: int = 40, text_ids: bool = False) -> tuple:
+    """(qrels, run, train) with score ties, graded relevance, truth users missing from the
+    run, run users missing from the truth, users without relevant items, unsorted rows."""
+    rng = np.random.default_rng(seed)
+    run_rows, truth_rows = [], []
+    for u in range(10, n + 20):  # truth users 0..9 have no list; n+10.. are not in the truth
+        m = int(rng.integers(1, 26))
+        items = rng.choice(n_items, size=m, replace=False)
+        scores = rng.integers(0, 4, m) + np.where(rng.random(m) < 0.3, rng.random(m), 0.0)
+        run_rows += [(u, int(i), float(s)) for i, s in zip(items, scores, strict=True)]
+    for u in range(n + 10):
+        m = int(rng.integers(1, 9))
+        items = rng.choice(n_items, size=m, replace=False)
+        truth_rows += [
+            (u, int(i), float(r)) for i, r in zip(items, rng.integers(0, 4, m), strict=True)
+        ]
+    run = pd.DataFrame(run_rows, columns=["user", "item", "score"])
+    run = run.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    qrels = pd.DataFrame(truth_rows, columns=["user", "item", "relevance"])
+    train = pd.DataFrame({"user": rng.integers(0, n, 3000), "item": rng.integers(0, 50, 3000)})
+    if text_ids:  # text sorts differently from numbers ("u10" < "u9")
+        for df in (run, qrels, train):
+            df["user"] = "u" + df["user"].astype(str)
+            df["item"] = "i" + df["item"].astype(str)
+    return qrels, run, train
+
+
+def same(a: metrics.Evaluation, b: metrics.Evaluation, tol: float = TOL) -> None:
+    """Summary, per-user table, counts and options equal (NaN where NaN)."""
+    assert list(a.summary) == list(b.summary)
+    for name, x in a.summary.items():
+        y = b.summary[name]
+        assert (np.isnan(x) and np.isnan(y)) or abs(x - y) <= tol, (name, x, y)
+    assert a.counts == b.counts and list(a.counts) == list(b.counts)
+    assert a.options == b.options
+    pd.testing.assert_index_equal(a.per_user.index, b.per_user.index)
+    assert list(a.per_user.columns) == list(b.per_user.columns)
+    va, vb = a.per_user.to_numpy(), b.per_user.to_numpy()
+    assert (np.isnan(va) == np.isnan(vb)).all(), "NaN positions differ"
+    diff = np.abs(np.where(np.isnan(va), 0.0, va - vb))
+    assert diff.max(initial=0.0) <= tol
+
+
+def both(spark: Any, qrels: Any, run: Any, names: list[str], **kw: Any) -> tuple:
+    a = metrics.evaluate(qrels, run, names, **kw)
+    b = evaluate_spark(qrels, run, names, spark=spark, **kw)
+    same(a, b)
+    return a, b
+
+
+# ------------------------------------------------------------------------------- metrics
+
+
+OPTION_SETS = [
+    {},
+    {"average": "micro"},
+    {"preset": "trec_eval"},
+    {"empty_users": "zero", "user_set": "intersection", "gain": "linear"},
+    {"tie_break": "input_order", "relevance_threshold": 2, "ap_denominator": "hits"},
+    {"tie_break": "item_desc", "average": "micro", "empty_users": "zero"},
+]
+
+
+@pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: ",".join(map(str, o.values())))
+def test_every_metric_matches_numpy(spark: Any, options: dict[str, Any]) -> None:
+    qrels, run, train = synthetic(1)
+    _, ev = both(spark, qrels, run, every_metric(), train=train, **options)
+    unlisted = ev.counts["users_missing_from_run"] + ev.counts["truth_users_not_evaluated"]
+    assert unlisted > 0 and ev.counts["run_users_not_in_truth"] > 0
+    assert ev.counts["users_without_relevant"] > 0
+    assert not np.isnan(ev.summary["global_auc"]) and not np.isnan(ev.summary["gini@5"])
+
+
+def test_text_ids_catalog_and_parquet_inputs(spark: Any, tmp_path: Path) -> None:
+    qrels, run, train = synthetic(2, text_ids=True)
+    names = every_metric((3,))
+    for frame, name in ((qrels, "qrels"), (run, "run"), (train, "train")):
+        frame.to_parquet(tmp_path / f"{name}.parquet")
+    a = metrics.evaluate(qrels, run, names, train=train, catalog=500)
+    b = evaluate_spark(
+        str(tmp_path / "qrels.parquet"),
+        tmp_path / "run.parquet",
+        names,
+        spark=spark,
+        train=str(tmp_path / "train.parquet"),
+        catalog=500,
+        buckets=5,
+    )
+    same(a, b)
+    ids = sorted(f"i{i}" for i in range(60))
+    same(
+        metrics.evaluate(qrels, run, ["coverage@5", "gini"], catalog=ids),
+        evaluate_spark(qrels, run, ["coverage@5", "gini"], spark=spark, catalog=ids),
+    )
+
+
+def test_rating_metrics_on_rating_data(spark: Any) -> None:
+    rng = np.random.default_rng(3)
+    users, items = rng.integers(0, 300, 4000), rng.integers(0, 200, 4000)
+    pairs = pd.DataFrame({"user": users, "item": items}).drop_duplicates(ignore_index=True)
+    qrels = pairs.assign(relevance=rng.integers(1, 6, len(pairs)).astype(float))
+    run = pairs.sample(frac=0.9, random_state=3).assign(score=lambda d: rng.normal(3, 1, len(d)))
+    both(spark, qrels, run, ["rmse", "mae", "auc", "ndcg@10"], relevance_threshold=4)
+
+
+@pytest.mark.parametrize("text_ids", [False, True])
+@pytest.mark.parametrize("user_set", ["truth", "intersection"])
+def test_sparse_buckets_with_one_side_only(spark: Any, user_set: str, text_ids: bool) -> None:
+    """Many buckets hold only truth users or only run users (or nothing)."""
+    qrels = pd.DataFrame(
+        {"user": [1, 1, 2, 3, 4, 5], "item": [1, 2, 1, 3, 2, 2], "relevance": [1, 0, 2, 1, 1, 0]}
+    )
+    run = pd.DataFrame(
+        {
+            "user": [1, 1, 1, 2, 9, 9, 8],
+            "item": [1, 2, 3, 1, 1, 2, 3],
+            "score": [1, 1, 0, 3, 2, 1, 0],
+        }
+    ).astype({"score": float})
+    if text_ids:
+        qrels, run = (df.astype({"user": str, "item": str}) for df in (qrels, run))
+    names = ["ndcg@2", "recall", "auc", "gauc", "global_auc", "rmse", "coverage@2", "num_ret"]
+    for buckets in (1, 3, 64):
+        a = metrics.evaluate(qrels, run, names, user_set=user_set)
+        same(a, evaluate_spark(qrels, run, names, spark=spark, buckets=buckets, user_set=user_set))
+
+
+def test_summary_aggregated_in_spark_and_per_user_parquet(spark: Any, tmp_path: Path) -> None:
+    qrels, run, train = synthetic(4)
+    names = every_metric((5,))
+    a = metrics.evaluate(qrels, run, names, train=train, average="micro")
+    path = tmp_path / "per_user"
+    b = evaluate_spark(
+        qrels,
+        run,
+        names,
+        spark=spark,
+        train=train,
+        average="micro",
+        collect_per_user=False,
+        per_user_path=path,
+    )
+    for name, x in a.summary.items():
+        y = b.summary[name]
+        assert (np.isnan(x) and np.isnan(y)) or abs(x - y) <= TOL, (name, x, y)
+    assert a.counts == b.counts and len(b.per_user) == 0
+    written = pd.read_parquet(path).set_index("user").sort_index()
+    written.index.name = "user"
+    pd.testing.assert_frame_equal(
+        written.astype(float), a.per_user, check_exact=False, rtol=0, atol=TOL
+    )
+
+
+@pytest.mark.parametrize(
+    ("run_file", "extra"), [("results.test", {}), ("results.trunc", {"user_set": "truth"})]
+)
+def test_trec_eval_reference_files(spark: Any, run_file: str, extra: dict[str, Any]) -> None:
+    qrels = metrics.read_trec_qrels(REF / "qrels.test")
+    run = metrics.read_trec_run(REF / run_file)
+    names = [
+        "map", "ndcg", "Rprec", "recip_rank", "num_ret", "num_rel", "num_rel_ret", "P_5",
+        "P_10", "recall_10", "ndcg_cut_10", "map_cut_5", "success_1", "auc", "global_auc",
+        "coverage@10",
+    ]  # fmt: skip
+    both(spark, qrels, run, names, preset="trec_eval", **extra)
+
+
+def test_errors_are_the_numpy_engines(spark: Any) -> None:
+    qrels, run, _ = synthetic(5, n=20)
+    dup = pd.concat([run, run.iloc[:1]], ignore_index=True)
+    with pytest.raises(ValueError, match="duplicate"):
+        metrics.evaluate(qrels, dup, ["ndcg@5"])
+    with pytest.raises(ValueError, match="duplicate"):
+        evaluate_spark(qrels, dup, ["ndcg@5"], spark=spark)
+    with pytest.raises(ValueError, match="needs train="):
+        evaluate_spark(qrels, run, ["novelty@5"], spark=spark)
+    empty = spark.createDataFrame(run).limit(0)
+    with pytest.raises(ValueError, match="run is empty"):
+        evaluate_spark(qrels, empty, ["ndcg@5"], spark=spark)
+    with pytest.raises(ValueError, match="integers in one table and strings"):
+        evaluate_spark(qrels.astype({"user": str}), run, ["ndcg@5"], spark=spark)
+
+
+# -------------------------------------------------------------------------------- splits
+
+
+def interactions() -> pd.DataFrame:
+    """Synthetic events with same-second ties (timestamps floored to the day) and repeated
+    events, plus a ``row`` column naming each input row."""
+    df = generate(n_users=300, n_items=120, n_events=6000, seed=7)
+    df["timestamp"] = df["timestamp"] // 86_400 * 86_400
+    df = pd.concat([df, df.iloc[::50]], ignore_index=True)
+    return df.assign(row=np.arange(len(df)))
+
+
+def rows_of(part: Any) -> list[int]:
+    if isinstance(part, pd.DataFrame):
+        return sorted(part["row"].tolist())
+    return sorted(r["row"] for r in part.select("row").collect())
+
+
+@pytest.mark.parametrize(
+    ("cut", "valid_cut"), [(0.8, None), (0.8, 0.6), ("2023-10-01", "2023-07-15T12:00:00")]
+)
+def test_global_time_same_rows(spark: Any, cut: Any, valid_cut: Any) -> None:
+    df = interactions()
+    want = hsplit.global_time(df, cut=cut, valid_cut=valid_cut)
+    got = global_time_spark(spark.createDataFrame(df), cut, valid_cut=valid_cut)
+    for key in ("cut", "cut_iso", "valid_cut", "valid_cut_iso"):
+        assert got.stats[key] == want.stats[key]
+    assert rows_of(got.train) == rows_of(want.train)
+    assert rows_of(got.test) == rows_of(want.test)
+    if valid_cut is None:
+        assert got.valid is None
+    else:
+        assert rows_of(got.valid) == rows_of(want.valid)
+
+
+@pytest.mark.parametrize(("valid", "min_history"), [(True, 2), (False, 4)])
+def test_leave_one_out_same_rows(spark: Any, valid: bool, min_history: int) -> None:
+    df = interactions()
+    want = hsplit.leave_one_out(df, valid=valid, min_history=min_history)
+    got = leave_one_out_spark(spark.createDataFrame(df), valid=valid, min_history=min_history)
+    assert rows_of(got.test) == rows_of(want.test)
+    assert rows_of(got.train) == rows_of(want.train)
+    assert (got.valid is None) == (want.valid is None)
+    if valid:
+        assert rows_of(got.valid) == rows_of(want.valid)
+
+
+def test_quantile_order_statistic_is_numpys(spark: Any) -> None:
+    rng = np.random.default_rng(8)
+    for n in (1, 2, 3, 10, 999, 4096):
+        for q in (1e-9, 0.1, 0.25, 0.5, 1 / 3, 0.8, 0.999999):
+            want = np.quantile(np.arange(n), q, method="higher")
+            assert _quantile_index(n, q) == want, (n, q)
+    ts = rng.integers(0, 500, 20_000)  # many ties
+    frame = spark.createDataFrame(pd.DataFrame({"timestamp": ts}))
+    for q in (0.01, 0.5, 0.97):
+        want = int(np.quantile(ts, q, method="higher"))
+        assert _kth_smallest(frame, "timestamp", _quantile_index(len(ts), q), len(ts)) == want
+
+
+# --------------------------------------------------------------------------------- top-k
+
+
+@pytest.mark.parametrize("tie_break", ["item_asc", "item_desc", "input_order"])
+def test_topk_equals_a_pandas_sort(spark: Any, tie_break: str) -> None:
+    _, run, _ = synthetic(9)
+    got = topk_spark(spark.createDataFrame(run), 5, tie_break=tie_break).toPandas()
+    order = run.assign(row=np.arange(len(run)))
+    tie = {"item_asc": ("item", True), "item_desc": ("item", False), "input_order": ("row", True)}
+    col, up = tie[tie_break]
+    order = order.sort_values(["user", "score", col], ascending=[True, False, up])
+    order["rank"] = order.groupby("user").cumcount() + 1
+    want = order[order["rank"] <= 5][["user", "item", "score", "rank"]]
+    got = got.sort_values(["user", "rank"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(
+        got.astype({"rank": np.int64}), want.reset_index(drop=True), check_dtype=False
+    )
+
+
+# ----------------------------------------------------------------------- the whole harness
+
+
+@pytest.mark.slow
+def test_harness_engine_spark_equals_numpy_end_to_end(tmp_path: Path) -> None:
+    """`python -m harness engine=spark` gives the numpy run's metrics, comparison and gate."""
+    import subprocess
+    import sys
+
+    reason = _missing()
+    if reason:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"Spark tests cannot run under CI=true: {reason}")
+        pytest.skip(reason)
+    outputs = {}
+    for engine in ("numpy", "spark"):
+        cwd = tmp_path / engine
+        cwd.mkdir()
+        extra = ["engine=spark", "engine.master='local[2]'"] if engine == "spark" else []
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness", "experiment=quick", "progress=false", *extra],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent
+        outputs[engine] = (proc.stdout, folder)
+    (out_n, dir_n), (out_s, dir_s) = outputs["numpy"], outputs["spark"]
+    summary_n = pd.read_csv(dir_n / "summary.csv", index_col=0)
+    summary_s = pd.read_csv(dir_s / "summary.csv", index_col=0)
+    assert np.allclose(summary_n.to_numpy(), summary_s.to_numpy(), atol=TOL, rtol=0)
+    for model in summary_n.index:
+        a = pd.read_parquet(dir_n / model / "per_user.parquet")
+        b = pd.read_parquet(dir_s / model / "per_user.parquet").reindex(a.index)
+        assert np.allclose(a.to_numpy(), b.to_numpy(), atol=TOL, rtol=0, equal_nan=True)
+    verdict = [x for x in out_n.splitlines() if "gate" in x or "ΔGSB" in x]
+    assert verdict and verdict == [x for x in out_s.splitlines() if "gate" in x or "ΔGSB" in x]
