@@ -194,6 +194,19 @@ def _first_ties(
     return out
 
 
+def candidate_arrays(users: object, items: object) -> tuple[np.ndarray, np.ndarray]:
+    """``score_items`` arguments checked: 1-D users and an items matrix of one row per user."""
+    users, items = np.asarray(users), np.asarray(items)
+    if users.ndim != 1:
+        raise ValueError(f"'users' must be a 1-D array of user ids (got shape {users.shape})")
+    if items.ndim != 2 or items.shape[0] != users.size:
+        raise ValueError(
+            f"'items' must have shape (len(users), m) = ({users.size}, m) "
+            f"(got shape {items.shape})"
+        )
+    return users, items
+
+
 class BaseRecommender:
     """Shared machinery: dense id codes, the binary user × item CSR matrix and batched top-k.
 
@@ -308,15 +321,7 @@ class BaseRecommender:
         """
         if not hasattr(self, "item_ids_"):
             raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(train) first")
-        users = np.asarray(users)
-        items = np.asarray(items)
-        if users.ndim != 1:
-            raise ValueError(f"'users' must be a 1-D array of user ids (got shape {users.shape})")
-        if items.ndim != 2 or items.shape[0] != users.size:
-            raise ValueError(
-                f"'items' must have shape (len(users), m) = ({users.size}, m) "
-                f"(got shape {items.shape})"
-            )
+        users, items = candidate_arrays(users, items)
         n_users, m = items.shape
         out = np.full((n_users, m), np.nan)
         if n_users == 0 or m == 0:

@@ -24,7 +24,13 @@ import numpy as np
 import pandas as pd
 
 from harness.data import ITEM, USER, _normalize_ids
-from harness.models.base import BaseRecommender, _indptr, _rank_order, _take_lists
+from harness.models.base import (
+    BaseRecommender,
+    _indptr,
+    _rank_order,
+    _take_lists,
+    candidate_arrays,
+)
 
 __all__ = ["FORMATS", "PrecomputedScores"]
 
@@ -254,14 +260,7 @@ class PrecomputedScores(BaseRecommender):
         """The file's score of each (user, candidate item); ``NaN`` where the file has none."""
         if not hasattr(self, "stats_"):
             raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(train) first")
-        users, items = np.asarray(users), np.asarray(items)
-        if users.ndim != 1:
-            raise ValueError(f"'users' must be a 1-D array of user ids (got shape {users.shape})")
-        if items.ndim != 2 or items.shape[0] != users.size:
-            raise ValueError(
-                f"'items' must have shape (len(users), m) = ({users.size}, m) "
-                f"(got shape {items.shape})"
-            )
+        users, items = candidate_arrays(users, items)
         n, m = items.shape
         out = np.full((n, m), np.nan)
         if out.size == 0 or self._keys.size == 0:
