@@ -8,13 +8,22 @@ True
 from __future__ import annotations
 
 from metrics import definitions as _definitions  # noqa: F401  (registers every metric)
-from metrics import stats
 from metrics.evaluate import Evaluation, evaluate
 from metrics.gsb import GSB, gsb, gsb_from_labels
 from metrics.io import read_qrels, read_run, read_trec_qrels, read_trec_run
 from metrics.judged import Judged
 from metrics.options import PRESETS, Options, resolve_options
 from metrics.registry import MetricDef, MetricSpec, list_metrics, parse
+
+
+def __getattr__(name: str) -> object:
+    """``metrics.stats`` is imported on first use (it pulls in scipy, which costs ~1 s)."""
+    if name == "stats":
+        import importlib
+
+        return importlib.import_module("metrics.stats")
+    raise AttributeError(f"module 'metrics' has no attribute {name!r}")
+
 
 __all__ = [
     "GSB",

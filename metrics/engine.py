@@ -115,6 +115,13 @@ def _group_rows(users: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.nd
     return order, np.concatenate(([0], np.cumsum(counts))), np.asarray(uniques)
 
 
+def _unique(ids: np.ndarray) -> np.ndarray:
+    """Distinct ids; a linear scan when integer ids arrive sorted (truth tables usually do)."""
+    if ids.dtype != object and len(ids) and (ids[1:] >= ids[:-1]).all():
+        return ids[np.concatenate(([0], np.flatnonzero(ids[1:] != ids[:-1]) + 1))]
+    return pd.unique(ids)
+
+
 def _duplicates(key: np.ndarray) -> np.ndarray:
     """Positions (in ``key``'s sorted order) of repeated keys; ``key`` must be sorted."""
     return np.flatnonzero(key[1:] == key[:-1])
@@ -137,7 +144,7 @@ class Prepared:
     group_start: np.ndarray  # int[G + 1]
     group_user: np.ndarray  # int[G]: index into users, -1 when not evaluated
     item_values: np.ndarray | None  # decoding of item keys (None: keys are the int ids)
-    truth_items: np.ndarray  # item keys of every truth row, evaluated users or not
+    truth_items: np.ndarray  # item keys of every truth row, evaluated users or not (repeats)
     counts: dict[str, int] = field(default_factory=dict)
 
     def item_ids(self, keys: np.ndarray) -> np.ndarray:
@@ -174,7 +181,7 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
     if order is not None:
         r_item, score = r_item[order], score[order]
 
-    q_users = pd.unique(q_user)
+    q_users = _unique(q_user)
     if options.user_set == "truth":
         users = np.sort(q_users)
     else:
@@ -183,7 +190,7 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
     group_user = index.get_indexer(group_ids).astype(np.int64)
     q_code = index.get_indexer(q_user).astype(np.int64)
 
-    truth_items = np.unique(q_item)
+    truth_items = q_item  # every truth item, evaluated users or not (catalog size)
     keep = q_code >= 0
     q_code, q_item, rel = q_code[keep], q_item[keep], rel[keep]
     q_keys = q_code * span + (q_item - offset)
@@ -201,9 +208,13 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
     n_rel = np.bincount(q_code, weights=rel >= options.relevance_threshold, minlength=n_users)
     gains = gain_of(rel, options.gain)
     positive = gains > 0
-    by_gain = np.lexsort((-gains[positive], q_code[positive]))
-    ideal_gain = gains[positive][by_gain]
-    ideal_counts = np.bincount(q_code[positive], minlength=n_users)
+    pos_code, pos_gain = q_code[positive], gains[positive]
+    if pos_gain.size and (pos_gain == pos_gain[0]).all():  # binary truth: order by user only
+        by_gain = np.argsort(pos_code, kind="stable")
+    else:
+        by_gain = np.lexsort((-pos_gain, pos_code))
+    ideal_gain = pos_gain[by_gain]
+    ideal_counts = np.bincount(pos_code, minlength=n_users)
 
     evaluated_groups = int((group_user >= 0).sum())
     counts = {

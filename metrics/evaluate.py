@@ -133,7 +133,7 @@ class _Accumulator:
 
 def _catalog_size(catalog: Any, prep: Prepared, train: pd.DataFrame | None) -> int:
     if catalog is None:
-        keys = np.concatenate([prep.truth_items, np.unique(prep.run_items)])
+        keys = np.concatenate([np.unique(prep.truth_items), np.unique(prep.run_items)])
         parts = [prep.item_ids(keys)]
         if train is not None:
             parts.append(train["item"].to_numpy())
