@@ -229,3 +229,31 @@ def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(tmp_pa
     assert refused.returncode == 2 and "different splits" in refused.stderr
     _, after = _child_runs(tmp_path)
     assert any(r.data.tags.get("compare.candidate_run") == knn.info.run_id for r in after)
+
+
+def test_gsb_from_human_labels_file(result, tmp_path) -> None:
+    from dataclasses import replace
+
+
+    path = tmp_path / "labels.csv"
+    pd.DataFrame(
+        {
+            "unit": ["q1", "q2", "q3", "q4", "q1"],
+            "label": ["good", "same", "bad", "BAD", "good"],
+            "candidate": ["item_knn"] * 4 + ["random"],
+        }
+    ).to_csv(path, index=False)
+    found, _ = compare_models(result, replace(SPEC, segments=False, human_labels=str(path)))
+    pairs = {p.candidate: p for p in found}
+    row = pairs["item_knn"].row("human_labels")
+    assert (row["gsb_good"], row["gsb_same"], row["gsb_bad"]) == (1, 1, 2)
+    assert row["gsb_delta"] == pytest.approx(-0.25)  # seed 001
+    assert row["gsb_ci_low"] <= -0.25 <= row["gsb_ci_high"]
+    assert pairs["random"].row("human_labels")["gsb_delta"] == 1.0
+    assert pairs["popularity_again"].row("human_labels") is None  # no labels for it
+    gate = decide(pairs["item_knn"], GateSpec(gsb={"metric": "human_labels", "min_delta": 0.0}))
+    assert gate.rules[0].metric == "human_labels" and gate.decision in ("NO_GO", "INCONCLUSIVE")
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"unit": [1], "label": ["better"]}).to_csv(bad, index=False)
+    with pytest.raises(ValueError, match="label"):
+        compare_models(result, replace(SPEC, human_labels=str(bad)))

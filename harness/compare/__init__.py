@@ -47,6 +47,7 @@ class CompareSpec:
     head_share: float = 0.1
     tail_share: float = 0.5
     segments: bool = True
+    human_labels: str | None = None  # CSV/Parquet of unit, label (good/same/bad)[, candidate]
 
     def __post_init__(self) -> None:
         if self.correction not in stats.P_ADJUSTMENTS:
@@ -264,6 +265,54 @@ def compare_pair(
     )
 
 
+def read_labels(path: str) -> pd.DataFrame:
+    """Human side-by-side labels: columns ``unit``, ``label`` (good / same / bad) and optionally
+    ``candidate`` (which candidate the rater compared with the baseline)."""
+    from pathlib import Path
+
+    from harness.errors import DataError
+
+    file = Path(path)
+    if not file.is_file():
+        raise DataError(f"{path}: human label file not found")
+    frame = pd.read_parquet(file) if file.suffix in (".parquet", ".pq") else pd.read_csv(file)
+    missing = [c for c in ("unit", "label") if c not in frame.columns]
+    if missing:
+        raise DataError(
+            f"{path}: column {missing[0]!r} is missing (found {[str(c) for c in frame.columns]})"
+        )
+    try:
+        metrics.gsb_from_labels(frame["label"])
+    except ValueError as err:
+        raise DataError(f"{path}: column 'label': {err}") from None
+    return frame
+
+
+def labels_row(labels: pd.Series, spec: CompareSpec) -> dict[str, Any]:
+    """The GSB row of human labels: counts, ΔGSB and its bootstrap CI (units resampled)."""
+    signs = labels.astype(str).str.strip().str.lower().map({"good": 1.0, "same": 0.0, "bad": -1.0})
+    res = stats.gsb_bootstrap(
+        np.zeros(len(signs)),
+        signs.to_numpy(),
+        n_resamples=spec.n_resamples,
+        seed=spec.seed,
+        confidence=spec.confidence,
+    )
+    return {
+        "segment": "all",
+        "metric": "human_labels",
+        "kind": "labels",
+        "higher_is_better": True,
+        "n": len(signs),
+        "gsb_good": res.gsb.good,
+        "gsb_same": res.gsb.same,
+        "gsb_bad": res.gsb.bad,
+        "gsb_delta": res.delta,
+        "gsb_ci_low": res.ci[0],
+        "gsb_ci_high": res.ci[1],
+    }
+
+
 def compare_models(
     result: ExperimentResult, spec: CompareSpec
 ) -> tuple[list[PairComparison], list[str]]:
@@ -308,4 +357,18 @@ def compare_models(
                 options=result.suite.evaluate_options(),
             )
         )
+    if spec.human_labels and pairs:
+        labels = read_labels(spec.human_labels)
+        if "candidate" not in labels.columns and len(pairs) > 1:
+            raise ValueError(
+                f"{spec.human_labels}: several candidates are compared, so the labels need a "
+                "'candidate' column naming the model each row judges"
+            )
+        for pair in pairs:
+            mine = labels
+            if "candidate" in labels.columns:
+                mine = labels[labels["candidate"].astype(str) == pair.candidate]
+            if len(mine):
+                row = pd.DataFrame([labels_row(mine["label"], spec)])
+                pair.table = pd.concat([pair.table, row], ignore_index=True)
     return pairs, notes
