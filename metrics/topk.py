@@ -25,17 +25,17 @@ def top_k(scores: np.ndarray, ties: np.ndarray, k: int) -> np.ndarray:
     b, w = scores.shape
     if k >= w:
         return np.lexsort((ties, -scores), axis=1)
-    kth = np.partition(scores, w - k, axis=1)[:, w - k]
-    greater = scores > kth[:, None]
-    equal = scores == kth[:, None]
-    slots = k - greater.sum(axis=1)
-    crowded = np.flatnonzero(equal.sum(axis=1) > slots)
-    chosen = greater | equal
+    kth = np.partition(scores, w - k, axis=1)[:, w - k][:, None]
+    chosen = scores >= kth
+    crowded = np.flatnonzero(chosen.sum(axis=1) > k)  # ties at the k-th score exceed the slots
     if crowded.size:
-        tied = np.where(equal[crowded], ties[crowded], np.iinfo(np.int64).max)
+        sub, cut, keys = scores[crowded], kth[crowded], ties[crowded]
+        greater, equal = sub > cut, sub == cut
+        slots = k - greater.sum(axis=1)
+        tied = np.where(equal, keys, np.iinfo(np.int64).max)
         tied.sort(axis=1)
-        last = np.take_along_axis(tied, (slots[crowded] - 1)[:, None], axis=1)
-        chosen[crowded] = greater[crowded] | (equal[crowded] & (ties[crowded] <= last))
+        last = np.take_along_axis(tied, (slots - 1)[:, None], axis=1)
+        chosen[crowded] = greater | (equal & (keys <= last))
     cols = (np.flatnonzero(chosen) % w).reshape(b, k)
     neg = -np.take_along_axis(scores, cols, axis=1)
     order = np.argsort(neg, axis=1)
