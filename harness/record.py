@@ -92,6 +92,8 @@ def record(
             tags={
                 "status": "ok" if outcome.ok else "failed",
                 **({"error": outcome.error} if outcome.error else {}),
+                **({"notes": " | ".join(outcome.notes)} if outcome.notes else {}),
+                **{f"model.{k}": v for k, v in outcome.info.items()},
             },
         )
         if name in by_candidate:

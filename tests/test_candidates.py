@@ -103,3 +103,35 @@ def test_candidate_file(split, tmp_path: Path) -> None:
     assert set(zip(cand["user"], cand["item"], strict=True)) == set(
         zip(rows["user"], rows["item"], strict=True)
     )
+
+
+@pytest.mark.slow
+def test_sampled_run_warns_and_is_tagged(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "experiment=quick",
+            "progress=false",
+            "candidates=sampled",
+            "model=[popularity,item_knn]",
+            "compare.segments=false",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "WARNING: sampled candidates" in proc.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
+    exp = client.get_experiment_by_name("offline-eval")
+    runs = client.search_runs([exp.experiment_id])
+    assert runs and all(r.data.tags["candidates.kind"] == "sampled" for r in runs)
+    assert all("biased" in r.data.tags["candidates.warning"] for r in runs)

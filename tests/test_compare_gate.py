@@ -234,7 +234,6 @@ def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(tmp_pa
 def test_gsb_from_human_labels_file(result, tmp_path) -> None:
     from dataclasses import replace
 
-
     path = tmp_path / "labels.csv"
     pd.DataFrame(
         {
@@ -257,3 +256,62 @@ def test_gsb_from_human_labels_file(result, tmp_path) -> None:
     pd.DataFrame({"unit": [1], "label": ["better"]}).to_csv(bad, index=False)
     with pytest.raises(ValueError, match="label"):
         compare_models(result, replace(SPEC, human_labels=str(bad)))
+
+
+@pytest.mark.slow
+def test_compare_cli_accepts_a_registered_model_version_evaluated_earlier(tmp_path) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "register_model.py"
+    reg = subprocess.run(
+        [
+            sys.executable,
+            str(example),
+            "--tracking-uri",
+            "sqlite:///runs/mlflow.db",
+            "--name",
+            "demo",
+            "--n-users",
+            "300",
+            "--n-items",
+            "200",
+            "--n-events",
+            "6000",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert reg.returncode == 0, reg.stderr[-2000:]
+    run = _harness(
+        tmp_path,
+        "model=[popularity,mlflow]",
+        "model.mlflow.uri=models:/demo/1",
+        "compare.segments=false",
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    _, runs = _child_runs(tmp_path)
+    pop = next(r for r in runs if r.info.run_name == "popularity")
+    shipped = next(r for r in runs if r.info.run_name == "mlflow")
+    assert shipped.data.tags["model.info.model_uri"] == "models:/demo/1"
+    assert shipped.data.tags["model.info.version"] == "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.compare", pop.info.run_id, "models:/demo/1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "mlflow vs popularity" in done.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "harness.compare", pop.info.run_id, "models:/demo/7"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert missing.returncode == 2 and "no evaluation of models:/demo/7" in missing.stderr
