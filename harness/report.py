@@ -456,9 +456,9 @@ def _gsb_plot(pairs: Sequence[PairComparison]) -> bytes | None:
     ax.set_ylim(len(bars) - 0.5, -0.5)
     ax.xaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("share of users (candidate better / same / worse than baseline)")
-    ax.set_title("Good / Same / Bad per user", fontsize=10)
-    ax.legend(ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(bars) < 3 else -0.2),
-              fontsize=8, frameon=False)
+    ax.set_title("Good / Same / Bad per user", fontsize=10, loc="left")
+    ax.legend(ncols=3, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False,
+              borderaxespad=0.2)
     return _png(fig)
 
 
