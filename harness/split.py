@@ -351,13 +351,35 @@ def load_or_make_split(
                 "data_hash": data_hash(df),
             }
             (tmp / "split.json").write_text(json.dumps(meta, indent=1, default=str))
-            if target.exists():  # an incomplete earlier attempt
-                shutil.rmtree(target, ignore_errors=True)
-            with contextlib.suppress(OSError):  # another process won the race: use theirs
-                tmp.rename(target)
+            _publish(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return _read_split(target)
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Rename a finished cache folder into place; never delete a complete one another run made.
+
+    A folder is only ever renamed to ``target`` whole (``split.json`` written first), so a
+    ``target`` with ``split.json`` is complete and is kept (the other run won the race). A
+    ``target`` without it (left by an older version) is first renamed aside, atomically, then
+    removed, so no run can be reading it.
+    """
+    for _ in range(3):
+        if (target / "split.json").is_file():
+            return
+        if target.exists():
+            aside = target.with_name(f".stale-{target.name}-{uuid.uuid4().hex}")
+            with contextlib.suppress(OSError):  # another run moved it first
+                target.rename(aside)
+                shutil.rmtree(aside, ignore_errors=True)
+        try:
+            tmp.rename(target)
+            return
+        except OSError:  # another run renamed its folder into place first: use theirs
+            continue
+    if not (target / "split.json").is_file():
+        raise OSError(f"could not write the split cache {target}")
 
 
 def _read_split(folder: Path) -> Split:
