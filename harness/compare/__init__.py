@@ -48,6 +48,9 @@ class CompareSpec:
     tail_share: float = 0.5
     segments: bool = True
     human_labels: str | None = None  # CSV/Parquet of unit, label (good/same/bad)[, candidate]
+    daily_users: float | None = None  # online A/B test sizing: users entering the test per day
+    alpha: float = 0.05  # online A/B test sizing: significance level
+    power: float = 0.8  # online A/B test sizing: power
 
     def __post_init__(self) -> None:
         if self.correction not in stats.P_ADJUSTMENTS:
@@ -59,6 +62,10 @@ class CompareSpec:
             raise ValueError("'compare.head_share' and 'compare.tail_share' must lie in (0, 1)")
         if self.head_share + self.tail_share > 1:
             raise ValueError("'compare.head_share' + 'compare.tail_share' must be <= 1")
+        if not 0 < self.alpha < 1 or not 0 < self.power < 1:
+            raise ValueError("'compare.alpha' and 'compare.power' must lie in (0, 1)")
+        if self.daily_users is not None and not self.daily_users > 0:
+            raise ValueError(f"'compare.daily_users' must be > 0 (got {self.daily_users!r})")
 
 
 @dataclass(frozen=True)
