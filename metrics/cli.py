@@ -1,18 +1,43 @@
-"""Command line: ``python -m metrics QRELS RUN -m ndcg@10 -m map [--preset trec_eval]``."""
+"""Command line: ``python -m metrics QRELS RUN [RUN_B] -m ndcg@10 -m map [--preset trec_eval]``.
+
+One run: a summary table, trec_eval-style lines (``--output trec``, per query with ``-q``) or
+JSON. Two runs: B against A per metric with the same paired statistics as the harness
+(:func:`metrics.stats.compare`: bootstrap CI of the lift, randomization or t-test p-value corrected
+across the metrics, GSB).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import pandas as pd
 
 from metrics.evaluate import Evaluation, evaluate
 from metrics.io import FORMATS, read_qrels, read_run
 from metrics.options import CHOICES, PRESETS
-from metrics.registry import list_metrics
+from metrics.registry import list_metrics, parse
 
 DEFAULT_METRICS = ["ndcg@10", "map@10", "precision@10", "recall@10", "mrr@10"]
+OUTPUTS = ("table", "trec", "json")
+TESTS = ("randomization", "t")
+CORRECTIONS = ("holm", "bh", "none")
+
+# our metric -> trec_eval measure (with a cutoff: name_k; without one: the plain name)
+_TREC_CUT = {
+    "precision": "P",
+    "recall": "recall",
+    "ndcg": "ndcg_cut",
+    "ap": "map_cut",
+    "hit_rate": "success",
+}
+_TREC_PLAIN = {"ap": "map", "mrr": "recip_rank", "r_precision": "Rprec"}
+_COUNTS = {"num_ret", "num_rel", "num_rel_ret"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
         "qrels", type=Path, help="truth: TREC qrels, or CSV/Parquet with user,item,relevance"
     )
     p.add_argument("run", type=Path, help="run: TREC run, or CSV/Parquet with user,item,score")
+    p.add_argument(
+        "run_b",
+        type=Path,
+        nargs="?",
+        default=None,
+        help="a second run: compare it (B) with RUN (A) per metric, paired by user",
+    )
     p.add_argument(
         "-m",
         "--metric",
@@ -56,7 +88,184 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OUT",
         help="write the per-user table (.csv, .parquet or .tsv)",
     )
+    p.add_argument(
+        "--output",
+        choices=OUTPUTS,
+        default="table",
+        help="table (default), trec (trec_eval's 'measure query value' lines) or json",
+    )
+    p.add_argument(
+        "-q",
+        "--per-query",
+        action="store_true",
+        help="also print each user's values (trec_eval -q), with --output trec or json",
+    )
+    cmp = p.add_argument_group("comparing two runs (RUN_B given)")
+    cmp.add_argument("--test", choices=TESTS, default="randomization", help="p-value's test")
+    cmp.add_argument(
+        "--correction", choices=CORRECTIONS, default="holm", help="across the metrics"
+    )
+    cmp.add_argument("--confidence", type=float, default=0.95, help="of the bootstrap CIs")
+    cmp.add_argument("--n-resamples", type=int, default=1000, help="bootstrap/randomization")
+    cmp.add_argument("--seed", type=int, default=0, help="resampling seed")
+    cmp.add_argument(
+        "--tolerance", type=float, default=0.0, help="GSB: |Δ| <= tolerance counts as same"
+    )
     return p
+
+
+def trec_measure(name: str) -> str:
+    """trec_eval's name for one of ours (``precision@10`` → ``P_10``), else the name itself."""
+    spec = parse(name)
+    if spec.k is not None and spec.metric in _TREC_CUT:
+        return f"{_TREC_CUT[spec.metric]}_{spec.k}"
+    if spec.k is None and spec.metric in _TREC_PLAIN:
+        return _TREC_PLAIN[spec.metric]
+    return str(spec)
+
+
+def _trec_value(measure: str, value: float) -> str:
+    if math.isnan(value):
+        return "nan"
+    return str(round(value)) if measure in _COUNTS else f"{value:.4f}"
+
+
+def format_trec(ev: Evaluation, per_query: bool = False) -> str:
+    """trec_eval-style lines ``measure<TAB>query<TAB>value`` (4 decimals), ``all`` rows last."""
+    measures = {name: trec_measure(name) for name in ev.summary}
+    lines = []
+    if per_query:
+        users = sorted(ev.per_user.index, key=str)
+        table = ev.per_user.loc[users]
+        for user, row in table.iterrows():
+            for name, measure in measures.items():
+                value = float(row[name])
+                if not math.isnan(value):
+                    lines.append(f"{measure:<22s}\t{user}\t{_trec_value(measure, value)}")
+    lines += [
+        f"{m:<22s}\tall\t{_trec_value(m, float(ev.summary[n]))}" for n, m in measures.items()
+    ]
+    return "\n".join(lines)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: None instead."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def format_json(ev: Evaluation, per_query: bool = False) -> str:
+    """``{"summary", "counts", "options"[, "per_user"]}`` as JSON (NaN → null)."""
+    out: dict[str, Any] = {
+        "summary": {n: _finite(float(v)) for n, v in ev.summary.items()},
+        "counts": {k: int(v) for k, v in ev.counts.items()},
+        "options": ev.options,
+    }
+    if per_query:
+        out["per_user"] = {
+            str(user): {n: _finite(float(v)) for n, v in row.items()}
+            for user, row in ev.per_user.iterrows()
+        }
+    return json.dumps(out, indent=2, default=str)
+
+
+def compare_runs(
+    a: Evaluation,
+    b: Evaluation,
+    *,
+    test: str = "randomization",
+    correction: str = "holm",
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    tolerance: float = 0.0,
+) -> pd.DataFrame:
+    """B against A per metric: means, Δ, lift with its bootstrap CI, corrected p-value and GSB.
+
+    Uses :func:`metrics.stats.compare` on the per-user vectors: users where either side is
+    undefined are dropped and counted, and A and B are then the means over the paired users.
+    Whole-run metrics have no per-user value: their summaries are shown without statistics.
+    """
+    from metrics import stats
+
+    if test not in TESTS:
+        raise ValueError(f"'test' must be one of {', '.join(TESTS)} (got {test!r})")
+    if correction not in CORRECTIONS:
+        raise ValueError(
+            f"'correction' must be one of {', '.join(CORRECTIONS)} (got {correction!r})"
+        )
+    users = a.per_user.index.union(b.per_user.index)
+    rows = {}
+    for name in a.summary:
+        va = a.per_user[name].reindex(users)
+        vb = b.per_user[name].reindex(users)
+        row: dict[str, Any] = {"A": a.summary[name], "B": b.summary[name]}
+        if va.notna().any() and vb.notna().any():
+            c = stats.compare(
+                va,
+                vb,
+                tolerance=tolerance,
+                higher_is_better=parse(name).definition.higher_is_better,
+                n_resamples=n_resamples,
+                seed=seed,
+                confidence=confidence,
+            )
+            row |= {
+                "A": c.mean_a,  # means over the users both runs define: what Δ compares
+                "B": c.mean_b,
+                "users": c.n,
+                "users_dropped": c.dropped,
+                "delta": c.diff,
+                "lift": c.lift,
+                "lift_ci_low": c.lift_ci[0],
+                "lift_ci_high": c.lift_ci[1],
+                "p": c.p_randomization if test == "randomization" else c.p_t,
+                "gsb_good": c.gsb.good,
+                "gsb_same": c.gsb.same,
+                "gsb_bad": c.gsb.bad,
+                "gsb_delta": c.gsb.delta,
+            }
+        rows[name] = row
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    if "p" in table:
+        tested = table["p"].notna()
+        table["p_adjusted"] = table["p"]
+        if correction != "none" and tested.any():
+            table.loc[tested, "p_adjusted"] = stats.adjust(
+                table.loc[tested, "p"].to_numpy(), correction
+            )
+    return table
+
+
+def format_comparison(table: pd.DataFrame, confidence: float) -> str:
+    """The comparison as an aligned table: lift and CI in percent, GSB as counts and Δ."""
+
+    def pct(v: float) -> str:
+        return "-" if pd.isna(v) else f"{v:+.2%}"
+
+    lines = []
+    for name, r in table.iterrows():
+        tested = "p" in r and not pd.isna(r.get("p"))
+        lines.append(
+            {
+                "metric": name,
+                "A": f"{r['A']:.4f}",
+                "B": f"{r['B']:.4f}",
+                "users": f"{int(r['users'])}" if tested else "-",
+                "Δ": f"{r['delta']:+.4f}" if tested else "-",
+                "lift": pct(r["lift"]) if tested else "-",
+                f"{confidence:.0%} CI": (
+                    f"[{pct(r['lift_ci_low'])}, {pct(r['lift_ci_high'])}]" if tested else "-"
+                ),
+                "p (adj.)": f"{r['p_adjusted']:.4g}" if tested else "-",
+                "GSB (g/s/b)": (
+                    f"{int(r['gsb_good'])}/{int(r['gsb_same'])}/{int(r['gsb_bad'])}"
+                    if tested
+                    else "-"
+                ),
+                "ΔGSB": f"{r['gsb_delta']:+.3f}" if tested else "-",
+            }
+        )
+    return pd.DataFrame(lines).to_string(index=False)
 
 
 def format_table(ev: Evaluation) -> str:
@@ -78,17 +287,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = [n for group in (args.metric or [DEFAULT_METRICS]) for n in group]
     options = {k: getattr(args, k) for k in (*CHOICES, "relevance_threshold")}
     try:
-        ev = evaluate(
-            read_qrels(args.qrels, args.format),
-            read_run(args.run, args.format),
-            names,
-            preset=args.preset,
-            **options,
-        )
+        qrels = read_qrels(args.qrels, args.format)
+        ev = evaluate(qrels, read_run(args.run, args.format), names, preset=args.preset, **options)
+        if args.run_b is not None:
+            ev_b = evaluate(
+                qrels, read_run(args.run_b, args.format), names, preset=args.preset, **options
+            )
+            table = compare_runs(
+                ev,
+                ev_b,
+                test=args.test,
+                correction=args.correction,
+                confidence=args.confidence,
+                n_resamples=args.n_resamples,
+                seed=args.seed,
+                tolerance=args.tolerance,
+            )
     except (ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"error: {message}", file=sys.stderr)
         return 2
-    print(format_table(ev))
+    if args.run_b is not None:
+        if args.output == "json":
+            print(table.to_json(orient="index", indent=2))
+        else:
+            print(f"A: {args.run}\nB: {args.run_b}\n")
+            print(format_comparison(table, args.confidence))
+            print(
+                f"\np: {args.test} test, {args.correction} correction across the metrics; "
+                f"CI: paired bootstrap over users ({args.n_resamples} resamples)"
+            )
+        return 0
+    if args.output == "trec":
+        print(format_trec(ev, args.per_query))
+    elif args.output == "json":
+        print(format_json(ev, args.per_query))
+    else:
+        print(format_table(ev))
     if args.per_user is not None:
         out = args.per_user
         if out.suffix.lower() in (".parquet", ".pq"):
