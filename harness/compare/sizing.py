@@ -1,0 +1,184 @@
+"""Online A/B test sizing: how many users and days a test needs to see the offline effect.
+
+An offline GO (or INCONCLUSIVE) is a reason to run an online test; this estimates its size with
+the standard two-sample normal formula (:func:`metrics.stats.ab_test_size`):
+
+    n per arm = (z_{1−α/2} + z_{power})² · (σ²_baseline + σ²_candidate) / Δ²,  Δ = lift · mean_baseline
+
+σ² are the per-user variances (ddof=1) of the metric over the offline test users the pair was
+compared on, and ``lift`` is the relative lift measured offline, oriented so positive is better;
+it is sized twice: at the measured lift and at the low end of its CI (the pessimistic case; "not
+detectable" when that end is at or below 0). Days = ⌈2 · n / ``compare.daily_users``⌉: the daily
+traffic split evenly over the two arms, each user counted once. It is an estimate: it assumes the
+online metric behaves like the offline one, with the same per-user spread and relative effect.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.compare import CompareSpec, PairComparison
+from metrics.stats import ab_test_size
+
+__all__ = ["SIZED_DECISIONS", "format_sizing", "sizing_notes", "sizing_of", "sizing_rows"]
+
+#: The gate decisions worth an online test.
+SIZED_DECISIONS = ("GO", "INCONCLUSIVE")
+_COLUMNS = [
+    "candidate",
+    "baseline",
+    "decision",
+    "metric",
+    "mean_a",
+    "var_a",
+    "var_b",
+    "lift",
+    "users_per_arm",
+    "days",
+    "lift_ci_low",
+    "users_per_arm_ci_low",
+    "days_ci_low",
+]
+
+
+def _size(
+    lift: float, mean_a: float, var_a: float, var_b: float, spec: CompareSpec
+) -> tuple[float, float]:
+    """Users per arm (whole users) and days for one relative lift; NaN when not detectable."""
+    if not np.isfinite(lift) or lift <= 0:
+        return float("nan"), float("nan")
+    n = ab_test_size(mean_a, var_a, var_b, lift, alpha=spec.alpha, power=spec.power)
+    if not np.isfinite(n):
+        return float("nan"), float("nan")
+    users = float(max(math.ceil(n), 1))
+    days = float(math.ceil(2 * users / spec.daily_users)) if spec.daily_users else float("nan")
+    return users, days
+
+
+def sizing_rows(
+    pairs: Sequence[PairComparison],
+    per_user: Mapping[str, pd.DataFrame],
+    spec: CompareSpec,
+    *,
+    metric: str,
+    decisions: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """One row per pair worth an online test (GO or INCONCLUSIVE in ``decisions``; every pair
+    when there is no gate): users per arm and days to detect the measured lift of ``metric`` and
+    the low end of its CI (NaN: not detectable). ``per_user``: model name → per-user metric table.
+    """
+    rows: list[dict[str, Any]] = []
+    for pair in pairs:
+        decision = decisions.get(pair.candidate) if decisions is not None else None
+        if decisions is not None and decision not in SIZED_DECISIONS:
+            continue
+        row = pair.row(metric)
+        if row is None or row.get("kind") != "per-user":
+            continue  # not compared, or a whole-run metric: no per-user variance to size with
+        a, b = per_user[pair.baseline][metric], per_user[pair.candidate][metric]
+        both = a.notna() & b.notna()
+        va, vb = a[both].to_numpy(dtype=float), b[both].to_numpy(dtype=float)
+        if va.size < 2:
+            continue
+        var_a, var_b = float(va.var(ddof=1)), float(vb.var(ddof=1))
+        mean_a = float(va.mean())
+        sign = 1.0 if bool(row.get("higher_is_better", True)) else -1.0
+        lift = float(row["lift"]) * sign
+        low = min(float(row["lift_ci_low"]) * sign, float(row["lift_ci_high"]) * sign)
+        users, days = _size(lift, mean_a, var_a, var_b, spec)
+        users_low, days_low = _size(low, mean_a, var_a, var_b, spec)
+        rows.append(
+            {
+                "candidate": pair.candidate,
+                "baseline": pair.baseline,
+                "decision": decision,
+                "metric": metric,
+                "mean_a": mean_a,
+                "var_a": var_a,
+                "var_b": var_b,
+                "lift": lift,
+                "users_per_arm": users,
+                "days": days,
+                "lift_ci_low": low,
+                "users_per_arm_ci_low": users_low,
+                "days_ci_low": days_low,
+            }
+        )
+    return pd.DataFrame(rows, columns=_COLUMNS)
+
+
+def sizing_of(
+    result: Any,
+    pairs: Sequence[PairComparison],
+    decisions: Mapping[str, Any],
+    cspec: CompareSpec,
+    gspec: Any,
+) -> pd.DataFrame:
+    """:func:`sizing_rows` for one harness run (an ``ExperimentResult``): the gate's primary
+    metric (else ``compare.gsb_metric``), decisions from the gate when it is on."""
+    primary = getattr(gspec, "primary", None) if getattr(gspec, "enabled", False) else None
+    metric = str(primary["metric"]) if primary else cspec.gsb_metric
+    per_user = {
+        name: outcome.evaluation.per_user
+        for name, outcome in result.outcomes.items()
+        if outcome.evaluation is not None
+    }
+    gated = {c: getattr(d, "decision", d) for c, d in decisions.items()} if decisions else None
+    return sizing_rows(pairs, per_user, cspec, metric=metric, decisions=gated)
+
+
+def _count(users: float, days: float, daily: bool) -> str:
+    if np.isnan(users):
+        return "not detectable"
+    text = f"{int(users):,} users per arm"
+    if daily:
+        text += f", {int(days):,} day{'s' if days != 1 else ''}"
+    return text
+
+
+def _lines(frame: pd.DataFrame, spec: CompareSpec) -> list[str]:
+    """One sentence per row."""
+    daily = spec.daily_users is not None
+    out = []
+    for _, r in frame.iterrows():
+        who = f"{r['candidate']} vs {r['baseline']}"
+        if r["decision"] is not None:
+            who += f" ({r['decision']})"
+        out.append(
+            f"{who}: {r['metric']} lift {r['lift']:+.2%}: "
+            f"{_count(r['users_per_arm'], r['days'], daily)}; CI low end "
+            f"{r['lift_ci_low']:+.2%}: {_count(r['users_per_arm_ci_low'], r['days_ci_low'], daily)}"
+        )
+    return out
+
+
+def _heading(spec: CompareSpec) -> str:
+    traffic = (
+        f"{spec.daily_users:,.0f} users/day over 2 arms"
+        if spec.daily_users is not None
+        else "days: set compare.daily_users"
+    )
+    return (
+        f"online A/B test sizing (estimate; two-sided α={spec.alpha:g}, power {spec.power:g}, "
+        f"offline per-user variance; {traffic})"
+    )
+
+
+def format_sizing(frame: pd.DataFrame, spec: CompareSpec) -> str:
+    """The sizing table for the terminal: a heading and one line per candidate, each block
+    starting with a blank line; the empty string when nothing is sized."""
+    if frame.empty:
+        return ""
+    return "\n" + "\n".join([_heading(spec)] + [f"  {line}" for line in _lines(frame, spec)])
+
+
+def sizing_notes(frame: pd.DataFrame, spec: CompareSpec) -> list[str]:
+    """The same sentences as report notes (heading first); none when nothing is sized."""
+    if frame.empty:
+        return []
+    return [_heading(spec) + ":"] + _lines(frame, spec)

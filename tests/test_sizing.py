@@ -1,0 +1,210 @@
+"""Online A/B test sizing: the two-sample formula against statsmodels' power solver, the sizing
+table of a comparison, and the line the main run prints."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import norm
+
+from harness.compare import CompareSpec, compare_pair
+from harness.compare.sizing import format_sizing, sizing_notes, sizing_rows
+from metrics.stats import ab_test_size
+
+power_mod = pytest.importorskip("statsmodels.stats.power")
+
+CASES = [
+    # mean_a, var_a, var_b, relative_lift, alpha, power
+    (0.1, 0.01, 0.01, 0.1, 0.05, 0.8),
+    (0.3, 0.04, 0.05, 0.02, 0.05, 0.9),
+    (0.05, 0.002, 0.0035, 0.25, 0.01, 0.8),
+    (2.0, 1.5, 0.7, 0.005, 0.1, 0.95),
+    (0.2, 0.03, 0.03, -0.1, 0.05, 0.8),  # a drop is as detectable as a gain, two-sided
+]
+
+
+def _cohen_d(mean_a: float, var_a: float, var_b: float, lift: float) -> float:
+    """statsmodels' standardized effect for equal arms: Δ / sqrt((σ²_a + σ²_b) / 2)."""
+    return abs(lift * mean_a) / math.sqrt((var_a + var_b) / 2)
+
+
+@pytest.mark.parametrize(("mean_a", "var_a", "var_b", "lift", "alpha", "power"), CASES)
+def test_one_sided_size_matches_statsmodels_solver(mean_a, var_a, var_b, lift, alpha, power):
+    got = ab_test_size(mean_a, var_a, var_b, lift, alpha=alpha, power=power, two_sided=False)
+    ref = power_mod.NormalIndPower().solve_power(
+        effect_size=_cohen_d(mean_a, var_a, var_b, lift),
+        alpha=alpha,
+        power=power,
+        ratio=1.0,
+        alternative="larger",
+    )
+    assert got == pytest.approx(float(ref), rel=1e-6)
+
+
+@pytest.mark.parametrize(("mean_a", "var_a", "var_b", "lift", "alpha", "power"), CASES)
+def test_two_sided_size_matches_statsmodels_power(mean_a, var_a, var_b, lift, alpha, power):
+    n = ab_test_size(mean_a, var_a, var_b, lift, alpha=alpha, power=power)
+    d = _cohen_d(mean_a, var_a, var_b, lift)
+    solver = power_mod.NormalIndPower()
+    # statsmodels' two-sided power also counts rejections in the wrong tail; the standard
+    # formula leaves out exactly that term, Φ(−z_{1−α/2} − δ), with δ = z_{1−α/2} + z_power.
+    wrong_tail = norm.cdf(-2 * norm.ppf(1 - alpha / 2) - norm.ppf(power))
+    got_power = solver.power(effect_size=d, nobs1=n, alpha=alpha, ratio=1.0)
+    assert got_power == pytest.approx(power + wrong_tail, rel=1e-9)
+    # so its root is a hair smaller, at most a few 1e-6 relative, never larger
+    ref = float(solver.solve_power(effect_size=d, alpha=alpha, power=power, ratio=1.0))
+    assert ref <= n * (1 + 1e-9)
+    assert n == pytest.approx(ref, rel=1e-4)
+
+
+def test_size_by_hand_and_edge_cases() -> None:
+    # (1.959964 + 0.841621)² · (0.01 + 0.03) / (0.1 · 0.2)² = 7.848880 · 0.04 / 0.0004
+    assert ab_test_size(0.2, 0.01, 0.03, 0.1) == pytest.approx(784.88797, rel=1e-7)
+    assert ab_test_size(0.2, 0.01, 0.03, 0.0) == math.inf
+    assert ab_test_size(0.0, 0.01, 0.03, 0.1) == math.inf
+    assert ab_test_size(0.2, 0.0, 0.0, 0.1) == 0.0
+    for kwargs, message in [
+        ({"var_a": -0.1}, "'var_a' must be >= 0"),
+        ({"relative_lift": float("nan")}, "'relative_lift' must be finite"),
+        ({"mean_a": "0.2"}, "'mean_a' must be a number"),
+        ({"alpha": 1.0}, "'alpha' must be in \\(0, 1\\)"),
+        ({"power": 0.0}, "'power' must be in \\(0, 1\\)"),
+    ]:
+        args = {"mean_a": 0.2, "var_a": 0.01, "var_b": 0.03, "relative_lift": 0.1} | kwargs
+        with pytest.raises(ValueError, match=message):
+            ab_test_size(**args)
+
+
+# ------------------------------------------------------------------------- the sizing table
+
+
+def _tables(seed: int, shift: float, n: int = 800) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    users = pd.Index(np.arange(n), name="user")
+    a = rng.beta(2, 5, n)
+    b = np.clip(a + shift + rng.normal(0, 0.1, n), 0, 1)
+    a[:7] = np.nan  # users a model has no value for are left out of both arms
+    return pd.DataFrame({"ndcg@10": a}, index=users), pd.DataFrame({"ndcg@10": b}, index=users)
+
+
+def _expected(a: pd.Series, b: pd.Series, lift: float, spec: CompareSpec) -> tuple[float, float]:
+    """Users per arm and days, straight from the formula with numpy's variances."""
+    ok = a.notna() & b.notna()
+    z = norm.ppf(1 - spec.alpha / 2) + norm.ppf(spec.power)
+    delta = lift * a[ok].mean()
+    n = z**2 * (np.var(a[ok], ddof=1) + np.var(b[ok], ddof=1)) / delta**2
+    users = math.ceil(n)
+    return users, math.ceil(2 * users / spec.daily_users)
+
+
+def test_sizing_rows_size_go_and_inconclusive_pairs_only() -> None:
+    spec = CompareSpec(n_resamples=300, seed=3, daily_users=1500, alpha=0.05, power=0.8)
+    base, better = _tables(0, 0.03)
+    _, tiny = _tables(1, 0.002)
+    _, worse = _tables(2, -0.05)
+    tables = {"base": base, "better": better, "tiny": tiny, "worse": worse}
+    pairs = [
+        compare_pair("base", name, (base, tables[name]), ["ndcg@10"], spec)
+        for name in ("better", "tiny", "worse")
+    ]
+    decisions = {"better": "GO", "tiny": "INCONCLUSIVE", "worse": "NO_GO"}
+    frame = sizing_rows(pairs, tables, spec, metric="ndcg@10", decisions=decisions)
+    assert list(frame["candidate"]) == ["better", "tiny"]  # NO_GO is not worth a test
+
+    better_row = frame.iloc[0]
+    a, b = base["ndcg@10"], better["ndcg@10"]
+    lift = b[a.notna()].mean() / a.mean() - 1  # measured lift, computed here independently
+    assert better_row["lift"] == pytest.approx(lift, rel=1e-12)
+    assert (better_row["users_per_arm"], better_row["days"]) == _expected(a, b, lift, spec)
+    low = pairs[0].row("ndcg@10")["lift_ci_low"]
+    assert 0 < low < lift
+    assert (better_row["users_per_arm_ci_low"], better_row["days_ci_low"]) == _expected(
+        a, b, low, spec
+    )
+
+    tiny_row = frame.iloc[1]
+    assert tiny_row["lift_ci_low"] <= 0  # its CI reaches 0: the low end is not detectable
+    assert np.isnan(tiny_row["users_per_arm_ci_low"]) and np.isnan(tiny_row["days_ci_low"])
+    text = format_sizing(frame, spec)
+    lines = text.strip().splitlines()
+    assert lines[0].startswith("online A/B test sizing (estimate; two-sided α=0.05, power 0.8")
+    assert "1,500 users/day over 2 arms" in lines[0]
+    users, days = _expected(a, b, lift, spec)
+    assert lines[1].strip().startswith(
+        f"better vs base (GO): ndcg@10 lift {lift:+.2%}: {users:,} users per arm, {days} day"
+    )
+    assert lines[2].strip().endswith("not detectable")
+    assert sizing_notes(frame, spec)[1:] == [line.strip() for line in lines[1:]]
+
+    # no gate: every pair is sized; no traffic configured: no days
+    plain = CompareSpec(n_resamples=300, seed=3)
+    frame = sizing_rows(pairs, tables, plain, metric="ndcg@10")
+    assert list(frame["candidate"]) == ["better", "tiny", "worse"]
+    assert frame["days"].isna().all()
+    assert np.isnan(frame.iloc[2]["users_per_arm"])  # a drop is never a reason to launch
+    assert "days: set compare.daily_users" in format_sizing(frame, plain)
+    assert format_sizing(frame.iloc[:0], plain) == "" and sizing_notes(frame.iloc[:0], plain) == []
+
+
+def test_lower_is_better_metric_is_oriented() -> None:
+    spec = CompareSpec(n_resamples=300, seed=0, daily_users=100)
+    rng = np.random.default_rng(5)
+    users = pd.Index(np.arange(500), name="user")
+    a = pd.DataFrame({"rmse": rng.gamma(4, 0.25, 500)}, index=users)
+    b = pd.DataFrame({"rmse": a["rmse"] * 0.9 + rng.normal(0, 0.05, 500)}, index=users)
+    pair = compare_pair("a", "b", (a, b), ["rmse"], spec)
+    frame = sizing_rows([pair], {"a": a, "b": b}, spec, metric="rmse", decisions={"b": "GO"})
+    row = frame.iloc[0]
+    raw = pair.row("rmse")
+    assert raw["lift"] < 0 and row["lift"] == pytest.approx(-raw["lift"])  # lower error: better
+    assert row["lift_ci_low"] == pytest.approx(-raw["lift_ci_high"])
+    assert row["users_per_arm"] == _expected(a["rmse"], b["rmse"], row["lift"], spec)[0]
+
+
+def test_bad_sizing_settings_are_one_line_errors() -> None:
+    with pytest.raises(ValueError, match="'compare.daily_users' must be > 0 \\(got 0\\)"):
+        CompareSpec(daily_users=0)
+    with pytest.raises(ValueError, match="'compare.alpha' and 'compare.power' must lie in"):
+        CompareSpec(power=1.5)
+
+
+@pytest.mark.slow
+def test_main_run_prints_the_sizing_of_its_go_candidate(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "dataset.n_users=600",
+            "dataset.n_items=300",
+            "dataset.n_events=15000",
+            "progress=false",
+            "model=[popularity,item_knn]",
+            "tracking=none",
+            "compare.daily_users=300",
+            "compare.power=0.9",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gate: GO" in proc.stdout
+    folder = tmp_path / re.search(r"^results: (.+)$", proc.stdout, re.MULTILINE).group(1)
+    a = pd.read_parquet(folder / "popularity" / "per_user.parquet")["ndcg@10"]
+    b = pd.read_parquet(folder / "item_knn" / "per_user.parquet")["ndcg@10"]
+    lift = b.mean() / a.mean() - 1
+    users, days = _expected(a, b, lift, CompareSpec(daily_users=300, power=0.9))
+    line = f"item_knn vs popularity (GO): ndcg@10 lift {lift:+.2%}: {users:,} users per arm, {days}"
+    assert "online A/B test sizing (estimate; two-sided α=0.05, power 0.9" in proc.stdout
+    assert line in proc.stdout
+    report = (folder / "report.md").read_text()
+    assert "online A/B test sizing" in report and line in report
