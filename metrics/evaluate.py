@@ -70,8 +70,7 @@ class _Accumulator:
         self.values = {name: np.full(n, np.nan) for name, _ in specs}
         self.hits: dict[int | None, np.ndarray] = {}
         self.nret: dict[int | None, np.ndarray] = {}
-        self.candidates = np.zeros(n)
-        self.user_auc = np.full(n, np.nan)
+        self.auc_wins, self.auc_pos, self.auc_neg = np.zeros(n), np.zeros(n), np.zeros(n)
         self.pooled_scores: list[np.ndarray] = []
         self.pooled_relevant: list[np.ndarray] = []
         self.errors = [np.zeros(n), np.zeros(n), np.zeros(n)]
@@ -112,12 +111,10 @@ class _Accumulator:
             local = np.nonzero(cand)[0]
             relevant = np.nan_to_num(batch.labels[cand], nan=0.0) >= thr
             if any(s.definition.kind == "score" for _, s in self.specs):
-                per = scores.auc(local, batch.scores[cand], relevant, len(users))
-                self.user_auc[users] = per
-                for name, spec in self.specs:
-                    if spec.metric in ("auc", "gauc"):
-                        self.values[name][users] = per
-                self.candidates[users] = cand.sum(axis=1)
+                part = scores.auc_counts(local, batch.scores[cand], relevant, len(users))
+                self.auc_wins[users] = part.wins
+                self.auc_pos[users] = part.n_pos
+                self.auc_neg[users] = part.n_neg
                 if any(s.metric == "global_auc" for _, s in self.specs):
                     self.pooled_scores.append(batch.scores[cand])
                     self.pooled_relevant.append(relevant)
@@ -209,6 +206,7 @@ def _finish(
     empty = prep.n_rel == 0
     included = ~empty if opts.empty_users == "skip" else np.ones(len(empty), bool)
     summary: dict[str, float] = {}
+    auc_counts: scores.AucCounts | None = None
     for name, spec in named:
         d, values = spec.definition, acc.values[name]
         if d.kind == "ranking" and d.needs_relevant:
@@ -223,20 +221,9 @@ def _finish(
         elif d.aggregation == "sum":
             summary[name] = float(np.nansum(values))
         elif d.kind == "score":
-            counts["auc_undefined_users"] = int(np.isnan(acc.user_auc).sum())
-            if spec.metric == "auc":
-                summary[name] = _mean(values)
-            elif spec.metric == "gauc":
-                summary[name] = scores.gauc(values, acc.candidates)
-            else:
-                summary[name] = (
-                    scores.global_auc(
-                        np.concatenate(acc.pooled_scores), np.concatenate(acc.pooled_relevant)
-                    )
-                    if acc.pooled_scores
-                    else float("nan")
-                )
-                values[:] = np.nan
+            auc_counts = auc_counts or _auc_counts(acc)
+            counts["auc_undefined_users"] = int(np.isnan(scores.user_auc(auc_counts)).sum())
+            values[:], summary[name] = scores.score_metric(spec.metric, auc_counts)
         elif d.kind == "rating":
             sse, sae, n = acc.errors
             counts["rating_pairs"] = int(n.sum())
@@ -268,6 +255,19 @@ def _finish(
         index=pd.Index(prep.users, name="user"),
     )
     return Evaluation(summary, per_user, opts.as_dict(), counts)
+
+
+def _auc_counts(acc: _Accumulator) -> scores.AucCounts:
+    """The AUC counts of every evaluated user, with the pooled wins when ``global_auc`` asks."""
+    pooled = float("nan")
+    if acc.pooled_scores:
+        score = np.concatenate(acc.pooled_scores)
+        pooled = float(
+            scores.auc_counts(
+                np.zeros(score.size, np.int64), score, np.concatenate(acc.pooled_relevant), 1
+            ).wins[0]
+        )
+    return scores.AucCounts(acc.auc_wins, acc.auc_pos, acc.auc_neg, pooled)
 
 
 def _mean(values: np.ndarray) -> float:
