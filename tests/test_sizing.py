@@ -137,9 +137,8 @@ def test_sizing_rows_size_go_and_inconclusive_pairs_only() -> None:
     assert lines[0].startswith("online A/B test sizing (estimate; two-sided α=0.05, power 0.8")
     assert "1,500 users/day over 2 arms" in lines[0]
     users, days = _expected(a, b, lift, spec)
-    assert lines[1].strip().startswith(
-        f"better vs base (GO): ndcg@10 lift {lift:+.2%}: {users:,} users per arm, {days} day"
-    )
+    head = f"better vs base (GO): ndcg@10 lift {lift:+.2%}: {users:,} users per arm, {days} day"
+    assert lines[1].strip().startswith(head)
     assert lines[2].strip().endswith("not detectable")
     assert sizing_notes(frame, spec)[1:] == [line.strip() for line in lines[1:]]
 
@@ -169,9 +168,9 @@ def test_lower_is_better_metric_is_oriented() -> None:
 
 
 def test_bad_sizing_settings_are_one_line_errors() -> None:
-    with pytest.raises(ValueError, match="'compare.daily_users' must be > 0 \\(got 0\\)"):
+    with pytest.raises(ValueError, match=r"'compare.daily_users' must be > 0 \(got 0\)"):
         CompareSpec(daily_users=0)
-    with pytest.raises(ValueError, match="'compare.alpha' and 'compare.power' must lie in"):
+    with pytest.raises(ValueError, match=r"'compare\.alpha' and 'compare\.power' must lie in"):
         CompareSpec(power=1.5)
 
 

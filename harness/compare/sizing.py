@@ -3,7 +3,8 @@
 An offline GO (or INCONCLUSIVE) is a reason to run an online test; this estimates its size with
 the standard two-sample normal formula (:func:`metrics.stats.ab_test_size`):
 
-    n per arm = (z_{1−α/2} + z_{power})² · (σ²_baseline + σ²_candidate) / Δ²,  Δ = lift · mean_baseline
+    n per arm = (z_{1−α/2} + z_{power})² · (σ²_baseline + σ²_candidate) / Δ²
+    Δ = lift · mean_baseline
 
 σ² are the per-user variances (ddof=1) of the metric over the offline test users the pair was
 compared on, and ``lift`` is the relative lift measured offline, oriented so positive is better;
@@ -181,4 +182,4 @@ def sizing_notes(frame: pd.DataFrame, spec: CompareSpec) -> list[str]:
     """The same sentences as report notes (heading first); none when nothing is sized."""
     if frame.empty:
         return []
-    return [_heading(spec) + ":"] + _lines(frame, spec)
+    return [_heading(spec) + ":", *_lines(frame, spec)]
