@@ -40,6 +40,7 @@ class GateSpec:
     primary: Mapping[str, Any] | None = None  # {metric, segment="all", min_lift}
     guardrails: Sequence[Mapping[str, Any]] = ()  # [{metric, segment="all", margin}]
     gsb: Mapping[str, Any] | None = None  # {metric, min_delta}
+    promote: str | None = None  # registry alias moved to a GO registered candidate (promote.py)
 
 
 @dataclass(frozen=True)
