@@ -25,7 +25,7 @@ from harness.cli import build_models, suite_of
 from harness.datasets import Dataset, load_dataset
 from harness.errors import DataError
 from harness.experiment import MetricSuite, run_models
-from harness.models import Recommender
+from harness.models import Recommender, without_search_space
 from harness.split import METHODS, make_split
 from harness.synthetic import generate
 
@@ -213,7 +213,7 @@ def test_model_selection_instantiates_working_models(
     users = np.sort(split.test["user"].unique())[:25]
     train_items = set(split.train["item"])
     for name, node in cfg.model.items():
-        model = instantiate(node)
+        model = instantiate(without_search_space(node))
         assert callable(getattr(model, "fit", None)), name
         assert callable(getattr(model, "recommend", None)), name
         assert isinstance(model, Recommender)
@@ -229,7 +229,7 @@ def test_model_selection_instantiates_working_models(
 
 def test_item_knn_override_reaches_the_object() -> None:
     cfg = cfg_of("model=[random,popularity,item_knn]", "model.item_knn.k_neighbors=7")
-    assert instantiate(cfg.model.item_knn).k_neighbors == 7
+    assert instantiate(without_search_space(cfg.model.item_knn)).k_neighbors == 7
     assert built_models(cfg, progress=False)["item_knn"].k_neighbors == 7
     default = group_yaml("model", "item_knn")["item_knn"]["k_neighbors"]
     assert built_models(cfg_of("model=item_knn"), progress=False)["item_knn"].k_neighbors == default

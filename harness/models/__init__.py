@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from harness.models.base import (
     PAD_ITEM_INT,
     PAD_ITEM_OBJECT,
@@ -12,6 +15,14 @@ from harness.models.base import (
 )
 from harness.models.baselines import PopularityModel, RandomModel
 from harness.models.bias import BiasRating
+from harness.models.implicit_models import (
+    ImplicitALS,
+    ImplicitBM25,
+    ImplicitBPR,
+    ImplicitItemCosine,
+    ImplicitItemTFIDF,
+    ImplicitLMF,
+)
 from harness.models.knn import ItemKNN
 from harness.models.mf import ALS
 from harness.models.mlflow_model import MLflowModel
@@ -23,6 +34,12 @@ __all__ = [
     "PAD_ITEM_OBJECT",
     "BaseRecommender",
     "BiasRating",
+    "ImplicitALS",
+    "ImplicitBM25",
+    "ImplicitBPR",
+    "ImplicitItemCosine",
+    "ImplicitItemTFIDF",
+    "ImplicitLMF",
     "ItemKNN",
     "MLflowModel",
     "PopularityModel",
@@ -31,4 +48,15 @@ __all__ = [
     "Recommender",
     "padding_mask",
     "topk_rows",
+    "without_search_space",
 ]
+
+#: The key of a model config that holds its tuning ranges (read by ``harness.tune``).
+SEARCH_SPACE_KEY = "search_space"
+
+
+def without_search_space(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A model config without its ``search_space``: tuning ranges are not constructor arguments."""
+    if SEARCH_SPACE_KEY not in node:
+        return node
+    return {k: v for k, v in node.items() if k != SEARCH_SPACE_KEY}
