@@ -31,7 +31,7 @@ from harness.datasets import load_dataset
 from harness.errors import DataError
 from harness.experiment import Evaluator, ExperimentResult, MetricSuite, run_models
 from harness.gate import EXIT_CODES, GateDecision, GateSpec, decide, worst
-from harness.models import Recommender
+from harness.models import Recommender, without_search_space
 from harness.report import ReportContext, write_report
 from harness.split import load_or_make_split, split_cache_key
 
@@ -52,7 +52,7 @@ def build_models(cfg: DictConfig, progress: bool) -> tuple[dict[str, Recommender
         try:
             accepted = inspect.signature(get_class(target)).parameters
             extra = {k: v for k, v in shared.items() if k in accepted and k not in node}
-            models[str(name)] = instantiate(node, **extra)
+            models[str(name)] = instantiate(without_search_space(node), **extra)
         except MissingMandatoryValue:
             raise
         except Exception as err:  # one model's bad class or params must not stop the others
