@@ -11,24 +11,59 @@ Rules read confidence intervals, not p-values: at recommendation scale every dif
 - gsb: the ΔGSB CI lower bound above ``min_delta`` passes; entirely below fails.
 
 For lower-is-better metrics (gini, popularity, rmse) the change is negated first, so "improvement"
-always reads the same way. Any failed rule → NO_GO; else any inconclusive → INCONCLUSIVE; else GO.
+always reads the same way. When the baseline scores exactly 0 the relative change is unbounded:
+its sign is that of the difference, so the rule is judged on the difference's CI.
+
+A rule is never skipped. One that could never be evaluated (unknown or uncomputed metric, unknown
+segment, a whole-run metric on a segment) is refused by :func:`check_gate` before any model
+runs; one that cannot be evaluated on this run's data (an empty segment, no value) is
+``inconclusive`` with the reason. Any failed rule → NO_GO; else any inconclusive → INCONCLUSIVE;
+else GO. Sanity baselines (``sanity``, e.g. ``random``) are compared and shown but never gated.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+import pandas as pd
 
+import metrics
 from harness.compare import PairComparison
 
-__all__ = ["DECISIONS", "EXIT_CODES", "GateDecision", "GateSpec", "RuleResult", "decide", "worst"]
+__all__ = [
+    "DECISIONS",
+    "EXIT_CODES",
+    "EXIT_NO_DECISION",
+    "ITEM_SEGMENTS",
+    "USER_SEGMENTS",
+    "GateDecision",
+    "GateSpec",
+    "RuleResult",
+    "check_gate",
+    "check_selection",
+    "decide",
+    "dropped_warning",
+    "verdict_line",
+    "whole_run",
+    "worst",
+]
 
 DECISIONS = ("GO", "INCONCLUSIVE", "NO_GO")  # best to worst
+#: Exit code with ``gate.enforce=true`` when the run took no decision (baseline failed, nothing
+#: compared, no candidate to gate).
+EXIT_NO_DECISION = 12
 #: Process exit codes with ``gate.enforce=true`` (documented in the README).
-EXIT_CODES = {"GO": 0, "NO_GO": 10, "INCONCLUSIVE": 11}
+EXIT_CODES = {"GO": 0, "NO_GO": 10, "INCONCLUSIVE": 11, "NO_DECISION": EXIT_NO_DECISION}
+USER_SEGMENTS = ("cold", "heavy")
+ITEM_SEGMENTS = ("items:head", "items:mid", "items:tail")
+_SETTINGS = {
+    "primary": ("metric", "segment", "min_lift"),
+    "guardrail": ("metric", "segment", "margin"),
+    "gsb": ("metric", "min_delta"),
+}
 
 
 @dataclass(frozen=True)
@@ -40,7 +75,15 @@ class GateSpec:
     primary: Mapping[str, Any] | None = None  # {metric, segment="all", min_lift}
     guardrails: Sequence[Mapping[str, Any]] = ()  # [{metric, segment="all", margin}]
     gsb: Mapping[str, Any] | None = None  # {metric, min_delta}
+    sanity: tuple[str, ...] = ("random",)  # models compared and shown, never gated
     promote: str | None = None  # registry alias moved to a GO registered candidate (promote.py)
+
+    def __post_init__(self) -> None:
+        sanity = self.sanity or ()
+        object.__setattr__(
+            self, "sanity", (sanity,) if isinstance(sanity, str) else tuple(map(str, sanity))
+        )
+        object.__setattr__(self, "guardrails", tuple(self.guardrails or ()))
 
 
 @dataclass(frozen=True)
@@ -50,7 +93,7 @@ class RuleResult:
     rule: str
     metric: str
     segment: str
-    status: str  # pass | fail | inconclusive | not_applicable
+    status: str  # pass | fail | inconclusive
     value: float
     ci: tuple[float, float]
     threshold: float
@@ -74,24 +117,205 @@ class GateDecision:
         return tags
 
 
-def _improvement(row: Mapping[str, Any]) -> tuple[float, tuple[float, float]]:
-    """Relative change oriented so that positive is better, and its CI (NaN when none)."""
-    sign = 1.0 if row.get("higher_is_better", True) else -1.0
-    lift = float(row.get("lift", np.nan)) * sign
-    low, high = (
-        float(row.get("lift_ci_low", np.nan)) * sign,
-        float(row.get("lift_ci_high", np.nan)) * sign,
+# ------------------------------------------------------------------------------ before the run
+
+
+def whole_run(metric: str) -> bool:
+    """True for metrics computed once over the whole run (coverage, gini, global AUC): they have
+    no per-user values, hence no CI, no GSB and no segments."""
+    spec = metrics.parse(metric)
+    d = spec.definition
+    return (d.kind == "run" and d.aggregation == "pooled") or spec.metric == "global_auc"
+
+
+def _rules_of(spec: GateSpec) -> list[tuple[str, str, Any]]:
+    """(rule kind, config key, rule) for every rule of ``spec``."""
+    found: list[tuple[str, str, Any]] = []
+    if spec.primary:
+        found.append(("primary", "gate.primary", spec.primary))
+    found += [("guardrail", f"gate.guardrails[{i}]", g) for i, g in enumerate(spec.guardrails)]
+    if spec.gsb:
+        found.append(("gsb", "gate.gsb", spec.gsb))
+    return found
+
+
+def _check_rule(
+    kind: str,
+    key: str,
+    rule: Any,
+    suite: Mapping[str, str],
+    segments: bool,
+    gsb_metric: str,
+    human_labels: bool,
+) -> dict[str, Any]:
+    """One rule resolved against the compared metrics (see :func:`check_gate`)."""
+    if not isinstance(rule, Mapping):
+        raise ValueError(f"{key} must be a mapping such as {{metric: ndcg@10}} (got {rule!r})")
+    allowed = _SETTINGS[kind]
+    unknown = [str(k) for k in rule if k not in allowed]
+    if unknown:
+        raise ValueError(
+            f"{key}.{unknown[0]} is not a gate setting; {key} takes {', '.join(allowed)}"
+        )
+    for name in allowed[-1:]:
+        if name in rule:
+            try:
+                number = float(rule[name])
+            except (TypeError, ValueError):
+                number = math.nan
+            if not math.isfinite(number):
+                raise ValueError(f"{key}.{name} must be a finite number (got {rule[name]!r})")
+    metric = rule.get("metric", gsb_metric if kind == "gsb" else None)
+    if metric is None:
+        raise ValueError(f"{key}.metric must be set, e.g. {key}.metric=ndcg@10")
+    metric = str(metric)
+    if kind == "gsb" and metric == "human_labels":
+        if not human_labels:
+            raise ValueError(
+                "gate.gsb.metric='human_labels' needs compare.human_labels (a CSV of unit,label)"
+            )
+        return {**rule, "metric": metric}
+    try:
+        canonical = str(metrics.parse(metric))
+    except ValueError as err:
+        raise ValueError(f"{key}.metric={metric!r} is not a metric: {err}") from None
+    if canonical not in suite:
+        raise ValueError(
+            f"{key}.metric={metric!r} is not computed and compared in this run (compared: "
+            f"{', '.join(suite.values())}); add it to metrics.names (and compare.metrics) "
+            "or fix the rule"
+        )
+    name = suite[canonical]
+    segment = str(rule.get("segment", "all"))
+    known = ("all", *USER_SEGMENTS, *ITEM_SEGMENTS)
+    if segment not in known:
+        raise ValueError(f"{key}.segment={segment!r} is not a segment (known: {', '.join(known)})")
+    if segment != "all" and not segments:
+        raise ValueError(f"{key}.segment={segment!r} needs compare.segments=true")
+    if segment != "all" and whole_run(name):
+        raise ValueError(
+            f"{key}.segment={segment!r}: {name} is a whole-run metric (no per-user values), so "
+            "it can only be gated on segment 'all'"
+        )
+    if segment in ITEM_SEGMENTS and metrics.parse(name).definition.kind != "ranking":
+        raise ValueError(
+            f"{key}.segment={segment!r}: only ranking metrics are compared on item segments "
+            f"({name} is not one)"
+        )
+    if kind == "gsb" and whole_run(name):
+        raise ValueError(
+            f"gate.gsb.metric={metric!r} is a whole-run metric: GSB counts per-user wins, so it "
+            "needs a per-user metric such as ndcg@10"
+        )
+    return {**rule, "metric": name}
+
+
+def check_gate(
+    spec: GateSpec,
+    compared: Sequence[str],
+    *,
+    segments: bool = True,
+    gsb_metric: str = "ndcg@10",
+    human_labels: bool = False,
+) -> GateSpec:
+    """Resolve every rule against what the comparison computes, before any model runs.
+
+    ``compared``: the compared metric names (``compare.metrics`` or ``metrics.names``). A rule
+    that could never be evaluated (unknown metric such as ``ndgc@10``, one not compared such as
+    ``recall@50`` with k=10, an unknown segment, a whole-run metric on a segment, an unknown
+    setting such as ``min_lfit``) is a one-line ``ValueError`` naming the gate key and value.
+    Returns the spec with metric names spelled as in the suite (``P_10`` → ``precision@10``).
+    """
+    if not spec.enabled:
+        return spec
+    suite: dict[str, str] = {}
+    for name in compared:
+        suite.setdefault(str(metrics.parse(name)), str(name))
+
+    def check(kind: str, key: str, rule: Any) -> dict[str, Any]:
+        return _check_rule(kind, key, rule, suite, segments, gsb_metric, human_labels)
+
+    return GateSpec(
+        enabled=spec.enabled,
+        enforce=spec.enforce,
+        primary=check("primary", "gate.primary", spec.primary) if spec.primary else None,
+        guardrails=tuple(
+            check("guardrail", f"gate.guardrails[{i}]", g) for i, g in enumerate(spec.guardrails)
+        ),
+        gsb=check("gsb", "gate.gsb", spec.gsb) if spec.gsb else None,
+        sanity=spec.sanity,
     )
-    return lift, (min(low, high), max(low, high))
 
 
-def _judge(value: float, ci: tuple[float, float], bar: float, *, strict: bool = False) -> str:
-    """pass / fail / inconclusive of a CI against a bar; ``strict``: the CI must exceed the bar
-    (a candidate identical to the baseline must not clear a "better than" rule)."""
-    if np.isnan(ci[0]) or np.isnan(ci[1]):
-        if np.isnan(value):
-            return "not_applicable"
-        return "pass" if (value > bar if strict else value >= bar) else "fail"
+def check_selection(spec: GateSpec, baseline: str | None, models: Sequence[str]) -> None:
+    """Refuse, before any model runs, a gate that could not decide: an enforced gate that is off
+    or has no baseline, a baseline that is not among the selected ``models``, an enforced gate
+    with no candidate besides the baseline and the sanity baselines."""
+    if spec.enforce and not spec.enabled:
+        raise ValueError(
+            "gate.enforce=true needs gate.enabled=true (a gate that is off decides nothing)"
+        )
+    if not spec.enabled:
+        return
+    if baseline is None:
+        if spec.enforce:
+            raise ValueError(
+                "gate.enforce=true needs a baseline: compare.baseline is null "
+                "(set e.g. compare.baseline=popularity)"
+            )
+        return
+    if baseline not in models:
+        raise ValueError(
+            f"compare.baseline={baseline!r} is not among the selected models "
+            f"({', '.join(models) or 'none'}): add it, e.g. 'model=[{baseline},...]', choose "
+            "another with compare.baseline=NAME, or use compare=none"
+        )
+    gated = [m for m in models if m != baseline and m not in spec.sanity]
+    if spec.enforce and not gated:
+        raise ValueError(
+            f"gate.enforce=true but no candidate to gate: besides the baseline {baseline!r} the "
+            f"selected models are sanity baselines (gate.sanity=[{','.join(spec.sanity)}]); "
+            "add a candidate or set gate.sanity=[]"
+        )
+
+
+_COUNTS = ("test_dropped_events", "test_dropped_users", "n_test_events", "n_test_users")
+
+
+def dropped_warning(stats: Mapping[str, Any], threshold: float) -> str | None:
+    """The warning, with counts, when the split dropped at least ``threshold`` of the test events
+    or test users as unseen in training (the gate then decides on the few that remain)."""
+    count = {k: int(stats.get(k) or 0) for k in _COUNTS}
+    events, users = count["test_dropped_events"], count["test_dropped_users"]
+    kept_events, kept_users = count["n_test_events"], count["n_test_users"]
+    all_events, all_users = events + kept_events, users + kept_users
+    share_events = events / all_events if all_events else 0.0
+    share_users = users / all_users if all_users else 0.0
+    if not (events or users) or max(share_events, share_users) < threshold:
+        return None
+    return (
+        f"the split dropped {events:,} of {all_events:,} test events ({share_events:.1%}) and "
+        f"{users:,} of {all_users:,} test users ({share_users:.1%}) as unseen in training; "
+        f"metrics and the gate use the remaining {kept_events:,} events of {kept_users:,} users "
+        "(split.unseen=keep keeps them)"
+    )
+
+
+# ------------------------------------------------------------------------------ after the run
+
+
+def _number(row: pd.Series, key: str) -> float:
+    value = row.get(key, math.nan)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _judge(ci: tuple[float, float], bar: float, *, strict: bool = False) -> str:
+    """pass / fail / inconclusive of a CI (or a point: ``(v, v)``) against a bar; ``strict``:
+    the CI must exceed the bar (a candidate identical to the baseline must not clear a "better
+    than" rule)."""
     if ci[0] > bar or (not strict and ci[0] == bar):
         return "pass"
     if ci[1] < bar:
@@ -99,117 +323,233 @@ def _judge(value: float, ci: tuple[float, float], bar: float, *, strict: bool = 
     return "inconclusive"
 
 
-def _missing(rule: str, metric: str, segment: str, bar: float) -> RuleResult:
-    nan = float("nan")
+def _absent(pair: PairComparison, metric: str, segment: str) -> str:
+    """Why ``metric`` has no row in ``segment``."""
+    if segment != "all" and not pair.segments:
+        return f"segments were not compared for {pair.candidate} vs {pair.baseline}"
+    if pair.table.empty or "segment" not in pair.table.columns:
+        return f"{metric} was not compared for {pair.candidate} vs {pair.baseline}"
+    if segment != "all" and not (pair.table["segment"] == segment).any():
+        what = pair.segments.get(segment, segment)
+        return f"the segment {segment!r} is empty in this run ({what}): nothing to compare"
+    return (
+        f"{metric} has fewer than 2 users with a value for both models on {segment!r}: "
+        "it could not be compared"
+    )
+
+
+def _unbounded(x: float) -> float:
+    """The relative change of a difference ``x`` over a baseline of exactly 0."""
+    return math.inf if x > 0 else -math.inf if x < 0 else 0.0
+
+
+_WORDS = {
+    "primary": {
+        "pass": "the CI clears it",
+        "fail": "the CI is below it",
+        "inconclusive": "the CI straddles it",
+    },
+    "guardrail": {
+        "pass": "not worse than the margin",
+        "fail": "worse than the margin",
+        "inconclusive": "cannot rule out a loss beyond the margin",
+    },
+}
+_POINT = {"pass": "above it", "fail": "below it", "inconclusive": "at it"}
+
+
+def _relative_rule(
+    pair: PairComparison, kind: str, metric: str, segment: str, bar: float
+) -> RuleResult:
+    """A primary (``kind="primary"``, bar = min_lift, strict) or guardrail (bar = −margin) rule
+    on the oriented relative change of ``metric`` in ``segment``."""
+    strict = kind == "primary"
+    nan = math.nan
+
+    def result(status: str, value: float, ci: tuple[float, float], reason: str) -> RuleResult:
+        return RuleResult(kind, metric, segment, status, value, ci, bar, reason)
+
+    what = "relative lift" if strict else "change"
+    against = f"required {bar:+.2%}" if strict else f"non-inferiority margin {bar:+.2%}"
+    row = pair.row(metric, segment)
+    if row is None:
+        return result("inconclusive", nan, (nan, nan), _absent(pair, metric, segment))
+    sign = 1.0 if bool(row.get("higher_is_better", True)) else -1.0
+    base, cand = _number(row, "mean_a"), _number(row, "mean_b")
+    if math.isnan(base) or math.isnan(cand):
+        who = pair.baseline if math.isnan(base) else pair.candidate
+        return result(
+            "inconclusive", nan, (nan, nan), f"{who} has no value of {metric} on {segment!r}"
+        )
+    per_user = str(row.get("kind", "per-user")) == "per-user"
+    level = _number(row, "confidence")
+    ci_name = f"{level:.0%} CI" if math.isfinite(level) else "CI"
+    if base == 0:
+        diff = (cand - base) * sign
+        lo, hi = sorted((_number(row, "diff_ci_low") * sign, _number(row, "diff_ci_high") * sign))
+        if per_user and (math.isnan(lo) or math.isnan(hi)):
+            return result(
+                "inconclusive",
+                nan,
+                (nan, nan),
+                f"{pair.baseline} scores 0 on {metric} ({segment}) and the difference has no CI",
+            )
+        value = _unbounded(diff)
+        ci = (_unbounded(lo), _unbounded(hi)) if per_user else (value, value)
+        status = _judge(ci, bar, strict=strict)
+        spread = f" ({ci_name} {lo:+.4f} to {hi:+.4f})" if per_user else ""
+        return result(
+            status,
+            value,
+            ci,
+            f"{pair.baseline} scores 0 on {metric} ({segment}), so the relative change is "
+            f"unbounded; judged on the difference {diff:+.4f}{spread} vs {against}: "
+            + _WORDS[kind][status],
+        )
+    lift = _number(row, "lift") * sign
+    if not per_user:
+        status = _judge((lift, lift), bar, strict=strict)
+        return result(
+            status,
+            lift,
+            (nan, nan),
+            f"{what} {lift:+.2%} (whole-run metric: no CI, the point value is compared) vs "
+            f"{against}: " + (_POINT if strict else _WORDS[kind])[status],
+        )
+    lo, hi = sorted((_number(row, "lift_ci_low") * sign, _number(row, "lift_ci_high") * sign))
+    if math.isnan(lift) or math.isnan(lo) or math.isnan(hi):
+        return result(
+            "inconclusive",
+            lift,
+            (nan, nan),
+            f"{metric} ({segment}) has no confidence interval for the {what} (too few users "
+            "or no variation)",
+        )
+    status = _judge((lo, hi), bar, strict=strict)
+    return result(
+        status,
+        lift,
+        (lo, hi),
+        f"{what} {lift:+.2%} ({ci_name} {lo:+.2%} to {hi:+.2%}) vs {against}: "
+        + _WORDS[kind][status],
+    )
+
+
+def _gsb_rule(pair: PairComparison, metric: str, bar: float) -> RuleResult:
+    """ΔGSB's CI lower bound must exceed ``bar``."""
+    nan = math.nan
+    row = pair.row(metric, "all")
+    value = nan if row is None else _number(row, "gsb_delta")
+    if row is None or math.isnan(value):
+        why = (
+            _absent(pair, metric, "all")
+            if row is None
+            else f"{metric} has no per-user wins to count (no ΔGSB)"
+        )
+        return RuleResult("gsb", metric, "all", "inconclusive", nan, (nan, nan), bar, why)
+    lo, hi = _number(row, "gsb_ci_low"), _number(row, "gsb_ci_high")
+    counts = (
+        f"good {int(_number(row, 'gsb_good'))}, same {int(_number(row, 'gsb_same'))}, "
+        f"bad {int(_number(row, 'gsb_bad'))}"
+    )
+    if math.isnan(lo) or math.isnan(hi):
+        return RuleResult(
+            "gsb",
+            metric,
+            "all",
+            "inconclusive",
+            value,
+            (nan, nan),
+            bar,
+            f"ΔGSB {value:+.3f} ({counts}) has no confidence interval (too few users)",
+        )
+    status = _judge((lo, hi), bar, strict=True)
     return RuleResult(
-        rule,
+        "gsb",
         metric,
-        segment,
-        "not_applicable",
-        nan,
-        (nan, nan),
+        "all",
+        status,
+        value,
+        (lo, hi),
         bar,
-        f"{metric} ({segment}) was not compared; the rule is skipped",
+        f"ΔGSB {value:+.3f} ({counts}; CI {lo:+.3f} to {hi:+.3f}) vs minimum {bar:+.3f}",
     )
 
 
 def decide(pair: PairComparison, spec: GateSpec) -> GateDecision:
-    """Apply every rule of ``spec`` to one pair."""
+    """Apply every rule of ``spec`` to one pair; no rule is ever skipped."""
     rules: list[RuleResult] = []
-    conf = "CI"
     if spec.primary:
-        metric, seg = str(spec.primary["metric"]), str(spec.primary.get("segment", "all"))
-        bar = float(spec.primary.get("min_lift", 0.0))
-        row = pair.row(metric, seg)
-        if row is None:
-            rules.append(_missing("primary", metric, seg, bar))
-        else:
-            lift, ci = _improvement(row)
-            status = _judge(lift, ci, bar, strict=True)
-            rules.append(
-                RuleResult(
-                    "primary",
-                    metric,
-                    seg,
-                    status,
-                    lift,
-                    ci,
-                    bar,
-                    f"relative lift {lift:+.2%} ({conf} {ci[0]:+.2%} to {ci[1]:+.2%}) vs required "
-                    f"{bar:+.2%}: "
-                    + {
-                        "pass": "the CI clears it",
-                        "fail": "the CI is below it",
-                        "inconclusive": "the CI straddles it",
-                        "not_applicable": "no value",
-                    }[status],
-                )
-            )
-    for guard in spec.guardrails or ():
-        metric, seg = str(guard["metric"]), str(guard.get("segment", "all"))
-        margin = float(guard.get("margin", 0.0))
-        row = pair.row(metric, seg)
-        if row is None:
-            rules.append(_missing("guardrail", metric, seg, -margin))
-            continue
-        change, ci = _improvement(row)
-        status = _judge(change, ci, -margin)
-        ci_text = (
-            "no CI (whole-run metric)"
-            if np.isnan(ci[0])
-            else (f"{conf} {ci[0]:+.2%} to {ci[1]:+.2%}")
-        )
         rules.append(
-            RuleResult(
+            _relative_rule(
+                pair,
+                "primary",
+                str(spec.primary["metric"]),
+                str(spec.primary.get("segment", "all")),
+                float(spec.primary.get("min_lift", 0.0)),
+            )
+        )
+    for guard in spec.guardrails:
+        rules.append(
+            _relative_rule(
+                pair,
                 "guardrail",
-                metric,
-                seg,
-                status,
-                change,
-                ci,
-                -margin,
-                f"change {change:+.2%} ({ci_text}) vs non-inferiority margin {-margin:+.2%}: "
-                + {
-                    "pass": "not worse than the margin",
-                    "fail": "worse than the margin",
-                    "inconclusive": "cannot rule out a loss beyond the margin",
-                    "not_applicable": "no value",
-                }[status],
+                str(guard["metric"]),
+                str(guard.get("segment", "all")),
+                -float(guard.get("margin", 0.0)),
             )
         )
     if spec.gsb:
-        metric = str(spec.gsb.get("metric", pair.gsb_metric))
-        bar = float(spec.gsb.get("min_delta", 0.0))
-        row = pair.row(metric, "all")
-        if row is None or "gsb_delta" not in row or np.isnan(row["gsb_delta"]):
-            rules.append(_missing("gsb", metric, "all", bar))
-        else:
-            ci = (float(row["gsb_ci_low"]), float(row["gsb_ci_high"]))
-            value = float(row["gsb_delta"])
-            status = _judge(value, ci, bar, strict=True)
-            rules.append(
-                RuleResult(
-                    "gsb",
-                    metric,
-                    "all",
-                    status,
-                    value,
-                    ci,
-                    bar,
-                    f"ΔGSB {value:+.3f} (good {int(row['gsb_good'])}, same {int(row['gsb_same'])}, "
-                    f"bad {int(row['gsb_bad'])}; {conf} {ci[0]:+.3f} to {ci[1]:+.3f}) vs minimum "
-                    f"{bar:+.3f}",
-                )
+        rules.append(
+            _gsb_rule(
+                pair,
+                str(spec.gsb.get("metric", pair.gsb_metric)),
+                float(spec.gsb.get("min_delta", 0.0)),
             )
+        )
     statuses = {r.status for r in rules}
-    decision = (
-        "NO_GO" if "fail" in statuses else "INCONCLUSIVE" if "inconclusive" in statuses else "GO"
-    )
-    if not statuses - {"not_applicable"}:
-        decision = "INCONCLUSIVE"  # nothing could be checked: never a silent GO
+    if "fail" in statuses:
+        decision = "NO_GO"
+    elif "inconclusive" in statuses or not rules:  # nothing checked: never a silent GO
+        decision = "INCONCLUSIVE"
+    else:
+        decision = "GO"
     return GateDecision(pair.candidate, pair.baseline, decision, rules)
 
 
 def worst(decisions: Sequence[str]) -> str:
     """The worst decision (NO_GO < INCONCLUSIVE < GO); GO for an empty list."""
     return max(decisions, key=DECISIONS.index, default="GO")
+
+
+def verdict_line(
+    summary: pd.DataFrame,
+    decisions: Mapping[str, GateDecision],
+    overall: str | None,
+    *,
+    metric: str | None,
+    sanity: Sequence[str] = (),
+    baseline: str | None = None,
+    why: str | None = None,
+) -> str:
+    """One line for the terminal, the report and the parent run's description: the best model
+    on the headline ``metric`` (``summary``: model × metric means), each gated candidate's
+    decision, the overall decision (or why there is none) and the models left ungated."""
+    parts: list[str] = []
+    values = summary[metric].dropna().astype(float) if metric in summary.columns else None
+    if values is not None and len(values):
+        higher = metrics.parse(str(metric)).definition.higher_is_better
+        best = values.max() if higher else values.min()
+        winners = [str(m) for m in values.index[values == best]]
+        verb = "is best" if len(winners) == 1 else "tie as best"
+        parts.append(f"{' and '.join(winners)} {verb} on {metric} ({best:.4f})")
+    elif metric is not None:
+        parts.append(f"no model has a value of {metric}")
+    parts += [f"{name} {d.decision}" for name, d in decisions.items()]
+    parts.append(f"overall {overall}" if overall else "no decision" + (f" ({why})" if why else ""))
+    ungated = [str(m) for m in summary.index if m in sanity and m != baseline]
+    tail = ""
+    if ungated:
+        noun = "sanity baseline" + ("s" if len(ungated) > 1 else "")
+        tail = f" ({', '.join(ungated)}: {noun}, not gated)"
+    return "verdict: " + "; ".join(parts) + tail

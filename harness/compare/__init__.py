@@ -25,6 +25,7 @@ __all__ = [
     "SegmentData",
     "compare_models",
     "compare_pair",
+    "compared_metrics",
     "segment_data",
 ]
 
@@ -320,6 +321,16 @@ def labels_row(labels: pd.Series, spec: CompareSpec) -> dict[str, Any]:
     }
 
 
+def compared_metrics(suite: Sequence[str], chosen: Sequence[str] | None) -> list[str]:
+    """The metrics a comparison covers: ``compare.metrics`` (each must be in ``metrics.names``),
+    or the whole suite; checked before any model runs."""
+    names = [str(n) for n in (chosen or suite)]
+    unknown = [n for n in names if n not in suite]
+    if unknown:
+        raise ValueError(f"compare.metrics has {unknown[0]!r}, which is not in metrics.names")
+    return names
+
+
 def compare_models(
     result: ExperimentResult, spec: CompareSpec
 ) -> tuple[list[PairComparison], list[str]]:
@@ -335,10 +346,7 @@ def compare_models(
             "(choose one with compare.baseline=NAME)"
         )
         return [], notes
-    names = list(spec.metrics or result.suite.names)
-    unknown = [n for n in names if n not in result.suite.names]
-    if unknown:
-        raise ValueError(f"compare.metrics has {unknown[0]!r}, which is not in metrics.names")
+    names = compared_metrics(result.suite.names, spec.metrics)
     segments = qrels = None
     if spec.segments:
         from harness.experiment import qrels_from_test
