@@ -2,12 +2,21 @@
 
 An *Interactions* frame is a pandas DataFrame with the columns
 
-- ``user``, ``item``: ids. A column whose values are all integers (an integer dtype, integral
-  floats, or canonical decimal text such as ``"42"`` but not ``"007"``) becomes ``int64``;
-  anything else becomes ``str``.
-- ``timestamp``: ``int64`` epoch seconds (UTC). Accepted on input as integers (epoch seconds),
-  floats (floored), ``datetime64`` (naive is taken as UTC) or text: digits-only text is epoch
-  seconds, other text is parsed as a date (naive is taken as UTC).
+- ``user``, ``item``: ids, one type per column (the same rule for CSV and Parquet, so the same
+  data gives the same ids either way). Surrounding spaces in text ids are removed. A column whose
+  ids are all integral numbers (an integer dtype, integral floats below 2**53, or text such as
+  ``"42"`` or ``"42.0"``, not ``"007"``, within int64) becomes ``int64``: ``70`` and ``70.0`` are
+  the same id. Anything else becomes ``str``; two text ids that only differ in how a number is
+  written (``"70"``/``"70.0"``/``"+70"``) are refused, as are object columns mixing numbers and
+  text (``1`` and ``"1"``), nested values (lists, maps) and bytes.
+- ``timestamp``: ``int64`` epoch seconds (UTC), read with ONE format per column: either the
+  ``timestamp_format`` given (``ISO8601``, ``epoch_s``, ``epoch_ms``, ``epoch_us``, ``epoch_ns`` or
+  a strftime pattern such as ``%d/%m/%Y %H:%M``) or one inferred from the data: numbers (and
+  digit-only text) are epoch seconds, or milliseconds when every value is in [1e11, 1e14); text
+  is tried against ISO 8601, then day-first and month-first layouts (``%d/%m/%Y %H:%M`` ...). A
+  day-first and a month-first layout that both read every row differently is ambiguous: an
+  error asking for the format. A row that does not fit the format is an error naming the file,
+  the row and the value. ``datetime64`` columns are taken as they are; naive times are UTC.
 - ``rating`` (optional): ``float64``, finite.
 
 The validated frame has exactly these columns in this order and a fresh ``RangeIndex``.
@@ -16,6 +25,7 @@ The validated frame has exactly these columns in this order and a fresh ``RangeI
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,6 +43,7 @@ __all__ = [
     "RATING",
     "REQUIRED_COLUMNS",
     "TIMESTAMP",
+    "TIMESTAMP_FORMATS",
     "USER",
     "load_interactions",
     "validate_interactions",
@@ -47,11 +58,37 @@ COLUMNS: tuple[str, ...] = (USER, ITEM, TIMESTAMP, RATING)
 DUPLICATE_POLICIES: tuple[str, ...] = ("error", "keep_last", "keep_first", "keep_all")
 FORMATS: tuple[str, ...] = ("csv", "tsv", "parquet")
 
-# Canonical decimal integers that fit in int64 (at most 18 digits, no leading zeros).
-_INT_TEXT = r"-?(?:0|[1-9]\d{0,17})"
-_EPOCH_TEXT = r"[+-]?\d{1,18}"
+# Integral numbers written canonically (no sign "+", no leading zeros), optionally with ".0";
+# values outside int64 are caught by the cast.
+_INTEGRAL_TEXT = r"(?:0|-?[1-9]\d{0,18})(?:\.0+)?"
+_NUMBER_TEXT = r"[+-]?\d+(?:\.\d*)?"
+_DIGITS_TEXT = r"[+-]?\d{1,18}"
 _EPOCH = pd.Timestamp(0, tz="UTC")
 _SECOND = pd.Timedelta(seconds=1)
+# Epoch units: name -> units per second.
+_EPOCH_UNITS: dict[str, int] = {
+    "epoch_s": 1,
+    "epoch_ms": 1_000,
+    "epoch_us": 1_000_000,
+    "epoch_ns": 1_000_000_000,
+}
+TIMESTAMP_FORMATS: tuple[str, ...] = ("ISO8601", *_EPOCH_UNITS)
+# Text layouts tried in order when no format is given; a day-first and a month-first reading of
+# the same layout are tried together (both reading every row differently is ambiguous).
+_DATE_CANDIDATES: tuple[tuple[str, ...], ...] = (
+    ("ISO8601",),
+    ("%d/%m/%Y %H:%M:%S", "%m/%d/%Y %H:%M:%S"),
+    ("%d/%m/%Y %H:%M", "%m/%d/%Y %H:%M"),
+    ("%d/%m/%Y", "%m/%d/%Y"),
+    ("%d-%m-%Y %H:%M:%S", "%m-%d-%Y %H:%M:%S"),
+    ("%d-%m-%Y %H:%M", "%m-%d-%Y %H:%M"),
+    ("%d-%m-%Y", "%m-%d-%Y"),
+    ("%d.%m.%Y %H:%M:%S",),
+    ("%d.%m.%Y %H:%M",),
+    ("%d.%m.%Y",),
+)
+_SAMPLE = 256  # rows a candidate format must read before it is tried on the whole column
+_FORMAT_HINT = "set dataset.timestamp_format"
 
 
 def load_interactions(
@@ -61,16 +98,20 @@ def load_interactions(
     fmt: str | None = None,
     rating_range: tuple[float, float] | None = None,
     duplicates: str = "error",
+    timestamp_format: str | None = None,
 ) -> pd.DataFrame:
     """Read interactions from CSV/TSV or Parquet and return a validated Interactions frame.
 
     ``columns`` maps our names (user, item, timestamp, rating) to the file's column names; errors
     are ``DataError`` with a one-line message naming the file, the column and an example value.
+    A CSV row with more fields than the header, a non-text CSV and nested Parquet values are
+    errors too.
     """
     source = str(path)
     mapping = _column_mapping(columns, source)
     kind = _detect_format(path, fmt)
     _check_policy(duplicates, source)
+    _check_timestamp_format(timestamp_format, source)
 
     found = _file_columns(path, kind, source)
     missing = [name for name in REQUIRED_COLUMNS if mapping[name] not in found]
@@ -78,25 +119,22 @@ def load_interactions(
         missing.append(RATING)
     if missing:
         name = missing[0]
-        raise DataError(f"{source}: missing column {_label(name, mapping)}; columns found: {found}")
+        hint = (
+            "; if the file has no ratings, set dataset.columns.rating=null"
+            if name == RATING
+            else ""
+        )
+        raise DataError(
+            f"{source}: missing column {_label(name, mapping)}; columns found: {found}{hint}"
+        )
     wanted = [name for name in COLUMNS if mapping[name] in found]
     file_cols = [mapping[name] for name in wanted]
 
     if kind == "parquet":
+        _check_flat_parquet(path, file_cols, source)
         raw = pd.read_parquet(path, columns=file_cols)
     else:
-        try:
-            raw = pd.read_csv(
-                path,
-                sep="\t" if kind == "tsv" else ",",
-                usecols=file_cols,
-                dtype=str,
-                keep_default_na=False,
-                na_values=[""],
-            )
-        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise DataError(f"{source}: cannot parse {kind.upper()}: {first}") from exc
+        raw = _read_text_table(path, kind, source, len(found))
     frame = pd.DataFrame({name: raw[mapping[name]].reset_index(drop=True) for name in wanted})
     return validate_interactions(
         frame,
@@ -104,6 +142,7 @@ def load_interactions(
         rating_range=rating_range,
         duplicates=duplicates,
         columns=mapping,
+        timestamp_format=timestamp_format,
     )
 
 
@@ -114,6 +153,7 @@ def validate_interactions(
     rating_range: tuple[float, float] | None = None,
     duplicates: str = "error",
     columns: Mapping[str, str] | None = None,
+    timestamp_format: str | None = None,
 ) -> pd.DataFrame:
     """Check and normalize a frame that uses our column names; return a new Interactions frame.
 
@@ -122,6 +162,7 @@ def validate_interactions(
     """
     mapping = _column_mapping(columns, source)
     _check_policy(duplicates, source)
+    _check_timestamp_format(timestamp_format, source)
     missing = [name for name in REQUIRED_COLUMNS if name not in df.columns]
     if missing:
         raise DataError(
@@ -134,7 +175,9 @@ def validate_interactions(
     out: dict[str, pd.Series | np.ndarray] = {}
     for name in (USER, ITEM):
         out[name] = _normalize_ids(df[name], source, _label(name, mapping))
-    out[TIMESTAMP] = _normalize_timestamps(df[TIMESTAMP], source, _label(TIMESTAMP, mapping))
+    out[TIMESTAMP] = _normalize_timestamps(
+        df[TIMESTAMP], source, _label(TIMESTAMP, mapping), timestamp_format
+    )
     if RATING in df.columns:
         out[RATING] = _normalize_ratings(df[RATING], source, _label(RATING, mapping), rating_range)
     result = pd.DataFrame({name: _values(col) for name, col in out.items()})
@@ -197,17 +240,116 @@ def _detect_format(path: str | os.PathLike[str], fmt: str | None) -> str:
     )
 
 
+def _check_timestamp_format(fmt: str | None, source: str) -> None:
+    """Refuse a ``timestamp_format`` that is neither a known name nor a strftime pattern."""
+    if fmt is None or fmt in TIMESTAMP_FORMATS or (isinstance(fmt, str) and "%" in fmt):
+        return
+    raise DataError(
+        f"{source}: unknown timestamp_format {fmt!r}; use one of {list(TIMESTAMP_FORMATS)} "
+        f"or a strftime pattern such as '%d/%m/%Y %H:%M'"
+    )
+
+
+def _parquet_schema(path: str | os.PathLike[str]) -> pa.Schema:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetDataset(path).schema
+
+
+def _check_flat_parquet(path: str | os.PathLike[str], columns: list[str], source: str) -> None:
+    """Nested Parquet columns (lists, structs, maps) cannot hold ids, times or ratings."""
+    schema = _parquet_schema(path)
+    for name in columns:
+        kind = schema.field(name).type
+        if pa.types.is_nested(kind):
+            raise DataError(
+                f"{source}: column '{name}' holds nested values ({kind}); ids, timestamps and "
+                f"ratings must be single values"
+            )
+
+
 def _file_columns(path: str | os.PathLike[str], kind: str, source: str) -> list[str]:
     if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        names = pq.ParquetDataset(path).schema.names
+        names = _parquet_schema(path).names
         return [n for n in names if not n.startswith("__index_level_")]
+    _check_text_file(path, kind, source)
     try:
         header = pd.read_csv(path, sep="\t" if kind == "tsv" else ",", nrows=0)
     except pd.errors.EmptyDataError as exc:
         raise DataError(f"{source}: empty file, no header row") from exc
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise DataError(f"{source}: cannot parse {kind.upper()}: {_first_line(exc)}") from exc
     return [str(c) for c in header.columns]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _is_compressed(path: str | os.PathLike[str]) -> bool:
+    return Path(path).suffix.lower() in (".gz", ".bz2", ".zip", ".xz", ".zst", ".tar")
+
+
+def _check_text_file(path: str | os.PathLike[str], kind: str, source: str) -> None:
+    """A CSV/TSV must be UTF-8 text: a NUL byte or invalid UTF-8 near the start is refused."""
+    if _is_compressed(path) or not Path(path).is_file():
+        return  # pandas decompresses; a missing file is reported by the reader
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16)
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        raise DataError(
+            f"{source}: not a {kind.upper()} text file (binary content: a NUL byte at byte {nul})"
+        )
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not merely a character cut at the end of the sample
+            raise DataError(
+                f"{source}: not UTF-8 text (byte 0x{head[exc.start]:02x} at byte {exc.start}); "
+                f"save the {kind.upper()} as UTF-8"
+            ) from None
+
+
+def _read_text_table(
+    path: str | os.PathLike[str], kind: str, source: str, n_header: int
+) -> pd.DataFrame:
+    """Every column as text; a row with more fields than the header is an error (pandas would
+    otherwise silently turn leading fields into an index or drop trailing ones)."""
+    sep = "\t" if kind == "tsv" else ","
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", pd.errors.ParserWarning)
+        try:
+            raw = pd.read_csv(
+                path,
+                sep=sep,
+                dtype=str,
+                keep_default_na=False,
+                na_values=[""],
+                index_col=False,
+            )
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            raise DataError(f"{source}: cannot parse {kind.upper()}: {_first_line(exc)}") from exc
+    if any(issubclass(w.category, pd.errors.ParserWarning) for w in caught):
+        raise DataError(f"{source}: {_long_row(path, sep, n_header)}")
+    return raw
+
+
+def _long_row(path: str | os.PathLike[str], sep: str, n_header: int) -> str:
+    """Describe the first line with more fields than the header (error path only)."""
+    import csv
+
+    if not _is_compressed(path):
+        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+            reader = csv.reader(fh, delimiter=sep)
+            for fields in reader:
+                if len(fields) > n_header:
+                    return (
+                        f"line {reader.line_num} has {len(fields)} fields but the header has "
+                        f"{n_header}"
+                    )
+    return f"some rows have more fields than the header ({n_header})"
 
 
 def _show(value: object) -> str:
@@ -217,19 +359,25 @@ def _show(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _fail(source: str, label: str, mask: np.ndarray, what: str, values: pd.Series) -> DataError:
+def _fail(
+    source: str, label: str, mask: np.ndarray, what: str, values: pd.Series, hint: str = ""
+) -> DataError:
     positions = np.flatnonzero(mask)
     first = int(positions[0])
     return DataError(
         f"{source}: column {label} has {positions.size} {what}, "
         f"e.g. {_show(values.iloc[first])} at row {first} (0-based data row)"
+        + (f"; {hint}" if hint else "")
     )
 
 
 def _normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
+    """One id type per column (see the module docstring); CSV text and Parquet agree."""
     nulls = s.isna().to_numpy()
     if nulls.any():
         raise _fail(source, label, nulls, "null id(s)", s)
+    if pd.api.types.is_object_dtype(s.dtype):
+        s = _typed_object_ids(s, source, label)
     if pd.api.types.is_bool_dtype(s.dtype):
         return s.astype(str)
     if pd.api.types.is_integer_dtype(s.dtype):
@@ -238,70 +386,246 @@ def _normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
         return s.astype(np.int64)
     if pd.api.types.is_float_dtype(s.dtype):
         v = s.to_numpy(dtype=np.float64)
-        if np.all(np.isfinite(v)) and np.all(v == np.floor(v)) and np.all(np.abs(v) < 2.0**53):
+        if np.all(np.isfinite(v)) and np.all(v == np.floor(v)):
+            inexact = np.abs(v) >= 2.0**53
+            if inexact.any():
+                raise _fail(
+                    source,
+                    label,
+                    inexact,
+                    "float id(s) beyond 2**53 (not exact; store ids as integers or text)",
+                    s,
+                )
             return pd.Series(v.astype(np.int64), index=s.index)
         return s.astype(str)
-    text = s.astype(str)
-    if text.str.fullmatch(_INT_TEXT).all():
-        return pd.Series(_text_to_int64(text), index=s.index)
+    text = s.astype(str).str.strip()
+    integral = text.str.fullmatch(_INTEGRAL_TEXT).to_numpy(dtype=bool)
+    if integral.all():
+        digits = text.str.replace(r"\.0+$", "", regex=True)
+        ints = _text_to_int64(digits)
+        if ints is not None:
+            return pd.Series(ints, index=s.index)
+    _check_near_duplicates(text, integral, source, label)
     return text
 
 
-def _text_to_int64(text: pd.Series) -> np.ndarray:
-    """Parse validated decimal text to int64 (Arrow's cast is ~10x faster than ``astype``)."""
+def _typed_object_ids(s: pd.Series, source: str, label: str) -> pd.Series:
+    """An object column as one scalar type, or a DataError for mixed, nested or odd values."""
+    kind = pd.api.types.infer_dtype(s, skipna=False)
+    if kind in ("string", "empty"):
+        return s
+    if kind == "integer":
+        try:
+            return s.astype(np.int64)
+        except OverflowError:  # beyond int64: text, as a CSV would give
+            return s.astype(str)
+    if kind in ("floating", "mixed-integer-float", "decimal"):
+        return s.astype(np.float64)
+    if kind == "boolean":
+        return s.astype(bool)
+    nested = s.map(lambda v: isinstance(v, list | tuple | dict | set | np.ndarray)).to_numpy()
+    if nested.any():
+        raise _fail(source, label, nested, "nested value(s) (lists or maps, not single ids)", s)
+    if kind in ("mixed-integer", "mixed"):
+        names = s.map(lambda v: type(v).__name__)
+        other = int(np.argmax((names != names.iloc[0]).to_numpy()))
+        raise DataError(
+            f"{source}: column {label} mixes id types: {_show(s.iloc[0])} ({names.iloc[0]}) at "
+            f"row 0 and {_show(s.iloc[other])} ({names.iloc[other]}) at row {other} (0-based data "
+            f"row); use one type per column, all integers or all text"
+        )
+    raise _fail(
+        source, label, np.ones(len(s), bool), f"{kind} value(s) (ids must be integers or text)", s
+    )
+
+
+def _check_near_duplicates(text: pd.Series, integral: np.ndarray, source: str, label: str) -> None:
+    """Refuse text ids that only differ in how a number is written ('70', '70.0', '+70')."""
+    uniq = pd.Series(pd.unique(text), dtype=object)
+    numeric = uniq[uniq.str.fullmatch(_NUMBER_TEXT).to_numpy(dtype=bool)]
+    if len(numeric) < 2:
+        return
+    key = (
+        numeric.str.lstrip("+")
+        .str.replace(r"^(-?\d+\.\d*?)0+$", r"\1", regex=True)
+        .str.replace(r"\.$", "", regex=True)
+        .str.replace(r"^-0$", "0", regex=True)
+    )
+    clash = key.duplicated(keep=False).to_numpy()
+    if not clash.any():
+        return
+    first_key = key[clash].iloc[0]
+    a, b = numeric[(key == first_key).to_numpy()].iloc[:2]
+    values = text.to_numpy()
+    row_a, row_b = int(np.argmax(values == a)), int(np.argmax(values == b))
+    why = (
+        f" (ids are text because of e.g. {_show(text.iloc[int(np.argmin(integral))])})"
+        if not integral.all()
+        else ""
+    )
+    raise DataError(
+        f"{source}: column {label} has ids that differ only in number formatting: {a!r} at row "
+        f"{row_a} and {b!r} at row {row_b} (0-based data rows){why}; write each id one way"
+    )
+
+
+def _text_to_int64(text: pd.Series) -> np.ndarray | None:
+    """Parse validated decimal text to int64, or None when a value is outside int64 (Arrow's
+    cast is ~10x faster than ``astype``)."""
     try:
         return pc.cast(pa.array(text.array), pa.int64()).to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:
+        return None
     except (pa.ArrowException, TypeError, ValueError):
-        return text.astype(np.int64).to_numpy()
+        try:
+            return text.astype(np.int64).to_numpy()
+        except (OverflowError, ValueError):
+            return None
 
 
-def _normalize_timestamps(s: pd.Series, source: str, label: str) -> np.ndarray:
+def _normalize_timestamps(
+    s: pd.Series, source: str, label: str, fmt: str | None = None
+) -> np.ndarray:
+    """Epoch seconds from one format per column (given, or inferred: see the module docstring)."""
+    nulls = s.isna().to_numpy()
+    if nulls.any():
+        raise _fail(source, label, nulls, "null timestamp(s)", s)
     dtype = s.dtype
     if pd.api.types.is_datetime64_any_dtype(dtype):
-        bad = s.isna().to_numpy()
-        if bad.any():
-            raise _fail(source, label, bad, "null timestamp(s)", s)
         aware = s if getattr(dtype, "tz", None) is not None else s.dt.tz_localize("UTC")
         return ((aware - _EPOCH) // _SECOND).to_numpy(dtype=np.int64)
     if pd.api.types.is_bool_dtype(dtype):
         raise _fail(source, label, np.ones(len(s), bool), "unparsable timestamp(s)", s)
-    if pd.api.types.is_integer_dtype(dtype):
-        bad = s.isna().to_numpy()
+    if pd.api.types.is_object_dtype(dtype):
+        kind = pd.api.types.infer_dtype(s, skipna=False)
+        if kind in ("integer", "floating", "mixed-integer-float", "decimal"):
+            s = s.astype(np.float64) if kind != "integer" else s.astype(np.int64)
+        elif kind in ("datetime", "datetime64"):
+            return _to_seconds(pd.to_datetime(s, utc=True))
+        elif kind != "string":
+            nested = s.map(lambda v: isinstance(v, list | tuple | dict | set | np.ndarray))
+            if nested.any():
+                raise _fail(source, label, nested.to_numpy(), "nested value(s)", s)
+    is_number = pd.api.types.is_numeric_dtype(s.dtype)
+    if fmt is not None and fmt not in _EPOCH_UNITS:
+        text = s.astype(str).str.strip()
+        parsed = pd.to_datetime(text, format=fmt, errors="coerce", utc=True)
+        bad = parsed.isna().to_numpy()
         if bad.any():
-            raise _fail(source, label, bad, "null timestamp(s)", s)
-        return s.to_numpy(dtype=np.int64)
-    if pd.api.types.is_float_dtype(dtype):
-        v = s.to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(v) | (np.abs(v) >= 2.0**62)
-        if bad.any():
-            null = bool(s.isna().iloc[int(np.argmax(bad))])
-            what = "null timestamp(s)" if null else "unparsable timestamp(s)"
-            raise _fail(source, label, bad, what, s)
-        return np.floor(v).astype(np.int64)
+            raise _fail(
+                source,
+                label,
+                bad,
+                f"timestamp(s) not in the format {fmt!r} set in dataset.timestamp_format",
+                s,
+            )
+        return _to_seconds(parsed)
+    if is_number:
+        return _epoch_seconds(s, source, label, fmt)
 
-    nulls = s.isna().to_numpy()
-    if nulls.any():
-        raise _fail(source, label, nulls, "null timestamp(s)", s)
     text = s.astype(str).str.strip()
-    result = np.zeros(len(s), dtype=np.int64)
-    is_epoch = text.str.fullmatch(_EPOCH_TEXT).to_numpy(dtype=bool)
-    if is_epoch.any():
-        result[is_epoch] = _text_to_int64(text[is_epoch].str.lstrip("+"))
-    if not is_epoch.all():
-        dates = text[~is_epoch]
-        parsed = pd.to_datetime(dates, errors="coerce", utc=True)
-        retry = parsed.isna().to_numpy()
-        if retry.any():
-            again = pd.to_datetime(dates[retry], errors="coerce", utc=True, format="mixed")
-            parsed = parsed.copy()
-            parsed[retry] = again
-        bad_dates = parsed.isna().to_numpy()
-        if bad_dates.any():
-            bad = np.zeros(len(s), dtype=bool)
-            bad[np.flatnonzero(~is_epoch)[bad_dates]] = True
-            raise _fail(source, label, bad, "unparsable timestamp(s)", s)
-        result[~is_epoch] = ((parsed - _EPOCH) // _SECOND).to_numpy(dtype=np.int64)
-    return result
+    if text.str.fullmatch(_DIGITS_TEXT).all():  # the common case: one regex pass
+        values = pd.Series(_text_to_int64(text.str.lstrip("+")), index=s.index)
+        return _epoch_seconds(values, source, label, fmt, shown=s)
+    numeric = text.str.fullmatch(_NUMBER_TEXT).to_numpy(dtype=bool)
+    if numeric.all():
+        values = pd.Series(pd.to_numeric(text).to_numpy(dtype=np.float64), index=s.index)
+        return _epoch_seconds(values, source, label, fmt, shown=s)
+    if fmt is not None:
+        raise _fail(
+            source,
+            label,
+            ~numeric,
+            f"timestamp(s) not in the format {fmt!r} set in dataset.timestamp_format",
+            s,
+        )
+    return _infer_date_text(text, numeric, s, source, label)
+
+
+def _to_seconds(parsed: pd.Series) -> np.ndarray:
+    return ((parsed - _EPOCH) // _SECOND).to_numpy(dtype=np.int64)
+
+
+def _epoch_seconds(
+    v: pd.Series, source: str, label: str, fmt: str | None, shown: pd.Series | None = None
+) -> np.ndarray:
+    """Epoch numbers (int or float) to whole seconds, floored; unit given or inferred."""
+    shown = v if shown is None else shown
+    if pd.api.types.is_float_dtype(v.dtype):
+        x = v.to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(x) | (np.abs(x) >= 2.0**62)
+        if bad.any():
+            raise _fail(source, label, bad, "unparsable timestamp(s)", shown)
+    else:
+        x = v.to_numpy(dtype=np.int64)
+    unit = fmt if fmt is not None else _infer_epoch_unit(x, source, label, shown)
+    per_second = _EPOCH_UNITS[unit]
+    if x.dtype == np.float64:
+        return np.floor(x / per_second).astype(np.int64)
+    return np.floor_divide(x, per_second)
+
+
+def _infer_epoch_unit(x: np.ndarray, source: str, label: str, shown: pd.Series) -> str:
+    """Seconds, or milliseconds when every value is in [1e11, 1e14) (as seconds: year 5138+)."""
+    size = np.abs(x.astype(np.float64))
+    big = size >= 1e11
+    if not big.any():
+        return "epoch_s"
+    if big.all() and bool((size < 1e14).all()):
+        return "epoch_ms"
+    if big.all():
+        raise _fail(
+            source,
+            label,
+            size >= 1e14,
+            "epoch number(s) too large for seconds or milliseconds",
+            shown,
+            f"{_FORMAT_HINT}=epoch_us or epoch_ns",
+        )
+    small, large = int(np.argmin(big)), int(np.argmax(big))
+    raise DataError(
+        f"{source}: column {label} mixes epoch magnitudes: {_show(shown.iloc[small])} at row "
+        f"{small} reads as seconds, {_show(shown.iloc[large])} at row {large} as milliseconds "
+        f"(0-based data rows); {_FORMAT_HINT}"
+    )
+
+
+def _infer_date_text(
+    text: pd.Series, numeric: np.ndarray, shown: pd.Series, source: str, label: str
+) -> np.ndarray:
+    """Find the one date layout that reads every row, or fail naming the first row off it."""
+    head = text.iloc[:_SAMPLE]
+    for group in _DATE_CANDIDATES:
+        fits: list[tuple[str, pd.Series]] = []
+        for fmt in group:
+            if pd.to_datetime(head, format=fmt, errors="coerce", utc=True).isna().any():
+                continue
+            parsed = pd.to_datetime(text, format=fmt, errors="coerce", utc=True)
+            if not parsed.isna().any():
+                fits.append((fmt, parsed))
+        if len(fits) == 2:
+            differ = (fits[0][1] != fits[1][1]).to_numpy()
+            if differ.any():
+                row = int(np.argmax(differ))
+                raise DataError(
+                    f"{source}: column {label} is ambiguous: every value reads both as "
+                    f"{fits[0][0]!r} and as {fits[1][0]!r}, e.g. {_show(text.iloc[row])} at row "
+                    f"{row}; {_FORMAT_HINT}"
+                )
+        if fits:
+            return _to_seconds(fits[0][1])
+    # nothing reads every row: report the rows off the layout that reads the most of them
+    best_fmt, best_ok = "epoch seconds", numeric
+    for group in _DATE_CANDIDATES:
+        for fmt in group:
+            ok = pd.to_datetime(text, format=fmt, errors="coerce", utc=True).notna().to_numpy()
+            if ok.sum() > best_ok.sum():
+                best_fmt, best_ok = fmt, ok
+    if not best_ok.any():
+        what = "unparsable timestamp(s) (no known format)"
+    else:
+        what = f"timestamp(s) not in the format {best_fmt!r} of the other rows"
+    raise _fail(source, label, ~best_ok, what, shown, f"one format per column; {_FORMAT_HINT}")
 
 
 def _normalize_ratings(
@@ -340,7 +664,7 @@ def _apply_duplicate_policy(df: pd.DataFrame, duplicates: str, source: str) -> p
         if dup.any():
             rows = np.flatnonzero(dup)
             first = int(rows[0])
-            row = df.iloc[first]
+            row = {c: df[c].iloc[first] for c in key}  # per column: ints stay ints
             same = rows[
                 (df[USER].to_numpy()[rows] == row[USER])
                 & (df[ITEM].to_numpy()[rows] == row[ITEM])

@@ -39,6 +39,7 @@ def load_dataset(spec: dict[str, Any]) -> Dataset:
             fmt=spec.get("format"),
             rating_range=_range(spec.get("rating_range")),
             duplicates=spec.get("duplicates", "error"),
+            timestamp_format=spec.get("timestamp_format"),
         )
         return Dataset(name, frame, str(spec["path"]))
     if kind == "movielens":
