@@ -11,7 +11,7 @@ import json
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -195,11 +195,19 @@ def _evaluate(
     candidates: pd.DataFrame | None,
     evaluate: Evaluator,
 ) -> None:
-    """Rank (full catalog or candidates) and compute every metric of the suite for one model."""
+    """Rank (full catalog or candidates) and compute every metric of the suite for one model.
+
+    Score metrics (AUC family) are computed over every candidate the model scored: with
+    ``candidates`` over those; with the full catalog over every ranked item when the model scores
+    the catalog (``recommend_with_auc``), else over its top-k lists only (said in
+    ``outcome.notes``); ``outcome.info["auc_scope"]`` is ``candidates``, ``catalog`` or ``topk``.
+    """
     users = np.sort(qrels["user"].unique())
+    score_names = [n for n in suite.names if metrics.parse(n).definition.kind == "score"]
+    auc_counts = None
     t0 = time.perf_counter()
     if candidates is None:
-        ids, scores = model.recommend(users, suite.k)
+        ids, scores, auc_counts = _rank_catalog(model, users, qrels, suite, score_names, outcome)
         outcome.recommendations = _recommendations(users, np.asarray(ids), np.asarray(scores))
         # The model's order is the ranking: score by rank so no tie rule can reorder its list.
         recs = outcome.recommendations
@@ -208,13 +216,18 @@ def _evaluate(
         run, unscored = _candidate_run(model, candidates, users)
         outcome.recommendations = _top_of(run, suite.k)
         outcome.info["candidates_unscored"] = unscored
+        if score_names:
+            outcome.info["auc_scope"] = "candidates"
     t1 = time.perf_counter()
     run = run.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
     rating = [n for n in suite.names if metrics.parse(n).definition.kind == "rating"]
     ranking = [n for n in suite.names if n not in rating]
+    asked = [n for n in ranking if auc_counts is None or n not in score_names] or ranking
     ev = evaluate(
-        qrels, run, ranking, train=split.train, catalog=catalog, **suite.evaluate_options()
+        qrels, run, asked, train=split.train, catalog=catalog, **suite.evaluate_options()
     )
+    if auc_counts is not None:
+        ev = _with_score_metrics(ev, ranking, score_names, users, auc_counts)
     if rating:
         rated, note = _rating_metrics(model, split, rating, suite, evaluate)
         if note:
@@ -231,6 +244,74 @@ def _evaluate(
         )
     outcome.evaluation = ev
     outcome.seconds |= {"rank": t1 - t0, "metrics": time.perf_counter() - t1}
+
+
+def _rank_catalog(
+    model: Recommender,
+    users: np.ndarray,
+    qrels: pd.DataFrame,
+    suite: MetricSuite,
+    score_names: list[str],
+    outcome: ModelOutcome,
+) -> tuple[np.ndarray, np.ndarray, metrics.scores.AucCounts | None]:
+    """Top-k over the full catalog, with catalog-wide AUC counts when score metrics are asked
+    and the model can count them while ranking; the AUC scope is recorded in ``outcome``."""
+    if not score_names:
+        return (*model.recommend(users, suite.k), None)
+    if not _scores_catalog(model):
+        outcome.info["auc_scope"] = "topk"
+        outcome.notes.append(
+            f"{', '.join(score_names)} over each user's top-{suite.k} list only: "
+            f"{type(model).__name__} does not score the whole catalog (a user whose list is "
+            "all hits or has none gets NaN)"
+        )
+        return (*model.recommend(users, suite.k), None)
+    relevant = _relevant_pairs(qrels, suite)
+    ids, scores, counts = model.recommend_with_auc(  # type: ignore[attr-defined]
+        users,
+        suite.k,
+        relevant["user"].to_numpy(),
+        relevant["item"].to_numpy(),
+        pooled=any(metrics.parse(n).metric == "global_auc" for n in score_names),
+    )
+    outcome.info["auc_scope"] = "catalog"
+    outcome.info["auc_relevant_unranked"] = len(relevant) - int(counts.n_pos.sum())
+    return ids, scores, counts
+
+
+def _scores_catalog(model: Recommender) -> bool:
+    """True when the model ranks the whole catalog and can count AUC over it while ranking."""
+    return bool(getattr(model, "scores_catalog", False)) and hasattr(model, "recommend_with_auc")
+
+
+def _relevant_pairs(qrels: pd.DataFrame, suite: MetricSuite) -> pd.DataFrame:
+    """The (user, item) pairs of ``qrels`` relevant under the suite's threshold."""
+    threshold = metrics.resolve_options(**suite.evaluate_options()).relevance_threshold
+    return qrels.loc[qrels["relevance"] >= threshold, ["user", "item"]]
+
+
+def _with_score_metrics(
+    ev: metrics.Evaluation,
+    order: list[str],
+    names: list[str],
+    users: np.ndarray,
+    counts: metrics.scores.AucCounts,
+) -> metrics.Evaluation:
+    """``ev`` with the score metrics ``names`` computed from catalog-wide AUC ``counts`` of
+    ``users`` (summary, per-user columns, undefined count); columns and keys in ``order``."""
+    per_user = ev.per_user.copy()
+    pos = pd.Index(users).get_indexer(per_user.index)
+    summary = dict(ev.summary)
+    for name in names:
+        per, summary[name] = metrics.scores.score_metric(metrics.parse(name).metric, counts)
+        per_user[name] = np.where(pos >= 0, per[np.maximum(pos, 0)], np.nan)
+    undefined = int(np.isnan(metrics.scores.user_auc(counts)).sum())
+    return replace(
+        ev,
+        summary={n: summary[n] for n in order},
+        per_user=per_user[order],
+        counts=ev.counts | {"auc_undefined_users": undefined},
+    )
 
 
 def run_models(

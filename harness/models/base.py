@@ -28,6 +28,8 @@ padding.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, Protocol, Self, runtime_checkable
 
 import numpy as np
@@ -36,6 +38,7 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from harness.data import ITEM, USER
+from metrics.scores import AucCounts, matrix_auc_counts, pooled_wins2
 
 __all__ = [
     "PAD_ITEM_INT",
@@ -272,6 +275,12 @@ class BaseRecommender:
         """Scores for users absent from training: item popularity (distinct users per item)."""
         return np.tile(self.item_popularity_, (len(users), 1))
 
+    @property
+    def scores_catalog(self) -> bool:
+        """True when the model ranks the whole catalog from ``_score`` (so ``recommend_with_auc``
+        works); False for models that only return lists (e.g. ``PrecomputedScores``)."""
+        return type(self)._score is not BaseRecommender._score
+
     def recommend(
         self, users: np.ndarray, k: int, *, exclude_seen: bool | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -279,37 +288,124 @@ class BaseRecommender:
 
         ``exclude_seen=None`` uses the value given at construction.
         """
+        users, k, exclude = self._recommend_args(users, k, exclude_seen)
+        ids, scores, _, _ = self._rank(users, k, exclude, None)
+        return ids, scores
+
+    def recommend_with_auc(
+        self,
+        users: np.ndarray,
+        k: int,
+        relevant_users: np.ndarray,
+        relevant_items: np.ndarray,
+        *,
+        pooled: bool = False,
+        exclude_seen: bool | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, AucCounts]:
+        """``recommend`` plus the AUC counts of every ranked candidate (catalog-wide AUC).
+
+        The candidates of a user are exactly the items ``recommend`` ranks: the catalog minus
+        the user's seen items when excluded. The relevant ones are the (user, item) pairs
+        ``relevant_users[i], relevant_items[i]``; pairs of users not requested, of items the
+        model does not know, or of seen items are not candidates. Returns ``(ids, scores,
+        counts)``: ``recommend``'s output and an :class:`~metrics.scores.AucCounts` aligned with
+        ``users`` (which must be distinct), ties counting 1/2, counted batch by batch while
+        ranking, from the same score rows.
+
+        ``pooled=True`` also counts ``pooled_wins`` (for ``global_auc``): the relevant scores of
+        every user are only all known after the ranking pass, so a second scoring pass compares
+        each batch's irrelevant scores with them (``pooled_wins2``, exact); memory stays bounded
+        by a batch plus one score per relevant pair.
+        """
+        if not self.scores_catalog:
+            raise TypeError(f"{type(self).__name__} does not score the whole catalog")
+        users, k, exclude = self._recommend_args(users, k, exclude_seen)
+        user_index = pd.Index(users)
+        if not user_index.is_unique:
+            dup = user_index[user_index.duplicated()][0]
+            raise ValueError(f"'users' must be distinct for recommend_with_auc (got {dup!r} twice)")
+        ru, ri = np.asarray(relevant_users), np.asarray(relevant_items)
+        if ru.shape != ri.shape or ru.ndim != 1:
+            raise ValueError(
+                "'relevant_users' and 'relevant_items' must be 1-D arrays of one length "
+                f"(got shapes {ru.shape} and {ri.shape})"
+            )
+        rows, cols = user_index.get_indexer(ru), self._item_index.get_indexer(ri)
+        pairs = np.unique(np.stack([rows, cols])[:, (rows >= 0) & (cols >= 0)], axis=1)
+        ids, scores, counts, relevant = self._rank(users, k, exclude, pairs)
+        if pooled:
+            wins = self._pooled_wins(users, exclude, pairs, np.sort(relevant))
+            counts = replace(counts, pooled_wins=wins)
+        return ids, scores, counts
+
+    def _recommend_args(
+        self, users: np.ndarray, k: int, exclude_seen: bool | None
+    ) -> tuple[np.ndarray, int, bool]:
+        """``recommend``'s arguments checked: 1-D users, positive ``k``, the exclusion used."""
         if not hasattr(self, "item_ids_"):
             raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(train) first")
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
             raise ValueError(f"'k' must be a positive int (got {k!r})")
-        k = int(k)
-        exclude = self.exclude_seen if exclude_seen is None else exclude_seen
         users = np.asarray(users)
         if users.ndim != 1:
             raise ValueError(f"'users' must be a 1-D array of user ids (got shape {users.shape})")
-        n_users, n_items = users.size, self.item_ids_.size
-        codes = self._user_index.get_indexer(users)
-        batch = self.batch_size or max(1, _BLOCK_ELEMENTS // max(n_items, 1))
+        return users, int(k), self.exclude_seen if exclude_seen is None else exclude_seen
 
-        scores_out = np.full((n_users, k), -np.inf)
-        cols_out = np.zeros((n_users, k), dtype=np.int64)
-        width = min(k, n_items)
-        starts = range(0, n_users, batch)
+    def _batches(self, users: np.ndarray, exclude: bool) -> Iterator[tuple[int, np.ndarray]]:
+        """``(start, block)`` per user batch: the batch's score rows, seen items at ``-inf``."""
+        codes = self._user_index.get_indexer(users)
+        batch = self.batch_size or max(1, _BLOCK_ELEMENTS // max(self.item_ids_.size, 1))
+        starts = range(0, users.size, batch)
         for start in tqdm(
             starts, disable=not self.progress, desc=type(self).__name__, unit="batch"
         ):
-            stop = min(start + batch, n_users)
-            block = self._score_block(users[start:stop], codes[start:stop], exclude)
+            stop = min(start + batch, users.size)
+            yield start, self._score_block(users[start:stop], codes[start:stop], exclude)
+
+    def _rank(
+        self, users: np.ndarray, k: int, exclude: bool, pairs: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, AucCounts, np.ndarray]:
+        """Top-``k`` of every user and, when ``pairs`` (relevant ``[row; item code]``, sorted by
+        row) is given, the AUC counts of each user and the scores of the relevant candidates,
+        from the same score rows."""
+        n_users, n_items = users.size, self.item_ids_.size
+        scores_out = np.full((n_users, k), -np.inf)
+        cols_out = np.zeros((n_users, k), dtype=np.int64)
+        width = min(k, n_items)
+        wins, n_pos, n_neg = np.zeros(n_users), np.zeros(n_users), np.zeros(n_users)
+        relevant: list[np.ndarray] = []
+        for start, block in self._batches(users, exclude):
+            stop = start + block.shape[0]
             cols, vals = topk_rows(block, width)
             cols_out[start:stop, :width] = cols
             scores_out[start:stop, :width] = vals
+            if pairs is not None:
+                lo, hi = np.searchsorted(pairs[0], [start, stop])
+                rows, items = pairs[0, lo:hi] - start, pairs[1, lo:hi]
+                part = matrix_auc_counts(block, rows, items)
+                value = block[rows, items]
+                relevant.append(value[np.isfinite(value)])
+                wins[start:stop], n_pos[start:stop] = part.wins, part.n_pos
+                n_neg[start:stop] = part.n_neg
 
         ids = self.item_ids_[cols_out]
         pad = np.isneginf(scores_out)
         if pad.any():
             ids[pad] = PAD_ITEM_OBJECT if ids.dtype == object else PAD_ITEM_INT
-        return ids, scores_out
+        scored = np.concatenate(relevant) if relevant else np.zeros(0)
+        return ids, scores_out, AucCounts(wins, n_pos, n_neg), scored
+
+    def _pooled_wins(
+        self, users: np.ndarray, exclude: bool, pairs: np.ndarray, relevant: np.ndarray
+    ) -> float:
+        """Wins of the relevant candidates (``relevant``: their scores, ascending) over the
+        irrelevant candidates of all users, by a second pass over the score rows."""
+        wins2 = 0
+        for start, block in self._batches(users, exclude):
+            lo, hi = np.searchsorted(pairs[0], [start, start + block.shape[0]])
+            block[pairs[0, lo:hi] - start, pairs[1, lo:hi]] = -np.inf  # relevant: not negatives
+            wins2 += pooled_wins2(relevant, block[np.isfinite(block)])
+        return wins2 / 2
 
     def score_items(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
         """Scores of given candidates: ``float64[len(users), m]`` for ``items`` of shape
