@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -128,17 +128,6 @@ def whole_run(metric: str) -> bool:
     return (d.kind == "run" and d.aggregation == "pooled") or spec.metric == "global_auc"
 
 
-def _rules_of(spec: GateSpec) -> list[tuple[str, str, Any]]:
-    """(rule kind, config key, rule) for every rule of ``spec``."""
-    found: list[tuple[str, str, Any]] = []
-    if spec.primary:
-        found.append(("primary", "gate.primary", spec.primary))
-    found += [("guardrail", f"gate.guardrails[{i}]", g) for i, g in enumerate(spec.guardrails)]
-    if spec.gsb:
-        found.append(("gsb", "gate.gsb", spec.gsb))
-    return found
-
-
 def _check_rule(
     kind: str,
     key: str,
@@ -235,15 +224,13 @@ def check_gate(
     def check(kind: str, key: str, rule: Any) -> dict[str, Any]:
         return _check_rule(kind, key, rule, suite, segments, gsb_metric, human_labels)
 
-    return GateSpec(
-        enabled=spec.enabled,
-        enforce=spec.enforce,
+    return replace(
+        spec,
         primary=check("primary", "gate.primary", spec.primary) if spec.primary else None,
         guardrails=tuple(
             check("guardrail", f"gate.guardrails[{i}]", g) for i, g in enumerate(spec.guardrails)
         ),
         gsb=check("gsb", "gate.gsb", spec.gsb) if spec.gsb else None,
-        sanity=spec.sanity,
     )
 
 
