@@ -9,13 +9,14 @@ successful run, 10 for NO_GO and 11 for INCONCLUSIVE.
 from __future__ import annotations
 
 import inspect
+import signal
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -25,13 +26,16 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 import metrics
+from harness import folders
 from harness.candidates import SAMPLED_WARNING, CandidateSpec, build_candidates
 from harness.compare import CompareSpec, PairComparison, compare_models
 from harness.datasets import load_dataset
 from harness.errors import DataError
 from harness.experiment import Evaluator, ExperimentResult, MetricSuite, run_models
+from harness.folders import allocate, checkpoint, is_complete, mark_complete, run_info
 from harness.gate import EXIT_CODES, GateDecision, GateSpec, decide, worst
 from harness.models import Recommender, without_search_space
+from harness.record import plan, replay, save_plan
 from harness.report import ReportContext, write_report
 from harness.split import load_or_make_split, split_cache_key
 
@@ -200,6 +204,7 @@ def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
 
 def run(cfg: DictConfig) -> int:
     """Run one experiment from a composed config; return the process exit code."""
+    _active.clear()
     progress = bool(cfg.get("progress", True))
     runs_dir = Path(cfg.runs_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -210,14 +215,17 @@ def run(cfg: DictConfig) -> int:
     dataset = load_dataset(_plain(cfg.dataset))
     split_params = _plain(cfg.split)
     method = split_params.pop("method")
+    checkpoint("split")
     split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
     key = split_cache_key(dataset.frame, method, split_params)
-    folder = runs_dir / "results" / str(cfg.name) / f"{stamp}-{key[:8]}"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
+    _active["folder"] = folder
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    checkpoint("candidates", folder)
     candidates, cand_stats = build_candidates(cand_spec, split, runs_dir / "splits" / key)
     if cand_spec.kind == "sampled":
         print(f"WARNING: {SAMPLED_WARNING}", file=sys.stderr)
+    checkpoint("models", folder)
     with engine_of(cfg) as evaluate:
         result = run_models(
             dataset,
@@ -233,6 +241,7 @@ def run(cfg: DictConfig) -> int:
     result.candidates = cand_stats
     print(format_summary(result))
     pairs, decisions, overall, notes = _verdicts(result, cspec, gspec)
+    checkpoint("report", folder)
     report = write_report(
         ReportContext.of(
             result,
@@ -247,31 +256,39 @@ def run(cfg: DictConfig) -> int:
     )
     print()
     print(format_verdicts(pairs, decisions, overall) or "\n".join(notes))
+    the_plan = plan(  # what MLflow gets, saved so `python -m harness.log` can log it later
+        result,
+        run_name=f"{dataset.name}-{split.name}-{stamp}",
+        config=_plain(cfg),
+        split_key=key,
+        model_params={n: _plain(v) for n, v in cfg.model.items()},
+        pairs=pairs,
+        decisions=decisions,
+        overall=overall,
+        folder_id=run_info(folder)["id"],
+    )
+    save_plan(the_plan, folder)
+    mark_complete(folder)
     print(f"\nresults: {folder}\nreport:  {report['html']}")
     code = EXIT_MODEL_FAILED if result.failed else 0
     if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri"):
         try:
-            from harness.record import record
-            from harness.tracking import Tracker
+            from harness.tracking import Tracker, configure_http
 
+            configure_http(cfg.tracking.get("retries"), cfg.tracking.get("timeout"))
             tracker = Tracker(str(cfg.tracking.uri), str(cfg.name), cfg.tracking.get("artifacts"))
-            ids = record(
-                tracker,
-                result,
-                run_name=f"{dataset.name}-{split.name}-{stamp}",
-                config=_plain(cfg),
-                split_key=key,
-                model_params={n: _plain(v) for n, v in cfg.model.items()},
-                pairs=pairs,
-                decisions=decisions,
-                overall=overall,
-            )
+            _active["tracker"] = tracker
+            ids = replay(tracker, the_plan, folder)
         except Exception as err:
+            if "tracker" in _active:  # end what was started (best effort: the store may be gone)
+                _active["tracker"].abort("FAILED")
             if cfg.get("debug"):
                 raise
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             print(
                 f"error: MLflow logging to {cfg.tracking.uri} failed ({type(err).__name__}: "
-                f"{err}); results are kept in {folder}",
+                f"{first}); results are kept in {folder}; log them later with: "
+                f"python -m harness.log {folder}",
                 file=sys.stderr,
             )
             return EXIT_TRACKING_FAILED
@@ -284,13 +301,65 @@ def run(cfg: DictConfig) -> int:
 
 
 _worst = {"code": 0}
+#: The current run's results folder and tracker, for a clean stop on SIGINT/SIGTERM.
+_active: dict[str, Any] = {}
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived (a BaseException, so no ``except Exception`` swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _stop(signum: int) -> NoReturn:
+    """End the run's open MLflow runs as KILLED, mark an unfinished results folder INCOMPLETE,
+    print one line and exit 128 + the signal number (130 SIGINT, 143 SIGTERM)."""
+    code = 128 + signum
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a second signal ends the process at once
+        signal.signal(sig, lambda *_: sys.exit(code))
+    name, stage = signal.Signals(signum).name, folders.current["stage"]
+    parts = [f"interrupted by {name} during {stage}"]
+    tracker = _active.get("tracker")
+    if tracker is not None and tracker.open_runs:
+        n = len(tracker.open_runs)
+        left = tracker.abort("KILLED")
+        parts.append(
+            f"{n} MLflow run(s) ended as KILLED"
+            if not left
+            else f"{len(left)} of {n} MLflow run(s) could not be ended (store unreachable)"
+        )
+    folder = _active.get("folder")
+    if folder is not None and is_complete(folder):
+        parts.append(f"local results are complete in {folder}")
+        parts.append(f"log them with: python -m harness.log {folder}")
+    elif folder is not None:
+        with suppress(OSError):
+            folders.mark_incomplete(folder, stage, f"interrupted by {name}")
+        parts.append(f"results folder {folder} is marked INCOMPLETE")
+    print("error: " + "; ".join(parts), file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _os_error(err: OSError) -> str:
+    """One line for an unusable folder or file: the path and what is wrong with it."""
+    where = err.filename if err.filename is not None else "a results folder"
+    return f"cannot write {where}: {err.strerror or err} (check runs_dir and free disk space)"
 
 
 @hydra.main(version_base=None, config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
     """Hydra entry point; one-line errors and exit code 2 for bad input unless ``debug=true``."""
+    handlers = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         code = run(cfg)
+    except Interrupted as stop:
+        _stop(stop.signum)
     except (DataError, ValueError, FileNotFoundError, MissingMandatoryValue) as err:
         if cfg.get("debug"):
             raise
@@ -299,6 +368,14 @@ def main(cfg: DictConfig) -> None:
             message = f"'{err.full_key}' must be set, e.g. python -m harness {err.full_key}=..."
         print(f"error: {message}", file=sys.stderr)
         code = EXIT_BAD_INPUT
+    except OSError as err:  # read-only or full disk, a file where a folder should be
+        if cfg.get("debug"):
+            raise
+        print(f"error: {_os_error(err)}", file=sys.stderr)
+        code = EXIT_BAD_INPUT
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     _worst["code"] = max(_worst["code"], code)
     if code and HydraConfig.get().mode != RunMode.MULTIRUN:
         sys.exit(code)

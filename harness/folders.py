@@ -17,21 +17,26 @@ import os
 import re
 import secrets
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from hydra.experimental.callback import Callback
+
 __all__ = [
     "COMPLETE",
     "INCOMPLETE",
     "RUN_INFO",
+    "RunsDirCheck",
     "allocate",
     "checkpoint",
     "is_complete",
     "mark_complete",
     "mark_incomplete",
     "safe_component",
+    "usable_runs_dir",
 ]
 
 COMPLETE, INCOMPLETE, RUN_INFO = "COMPLETE", "INCOMPLETE", "run.json"
@@ -71,7 +76,13 @@ def allocate(runs_dir: Path, name: str, key: str, stamp: str) -> Path:
             folder.mkdir(exist_ok=False)
         except FileExistsError:
             continue
-        info = {"id": uuid.uuid4().hex, "name": str(name), "stamp": stamp, "split_key": key}
+        info = {
+            "id": uuid.uuid4().hex,
+            "name": str(name),
+            "stamp": stamp,
+            "split_key": key,
+            "cwd": os.getcwd(),  # relative paths of the config (runs_dir, sqlite store) start here
+        }
         (folder / RUN_INFO).write_text(json.dumps(info, indent=1))
         mark_incomplete(folder, "starting")
         return folder
@@ -129,3 +140,40 @@ def checkpoint(stage: str, folder: Path | None = None) -> None:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (resume and Path(resume).exists()):
         time.sleep(0.05)
+
+
+def usable_runs_dir(runs_dir: str | os.PathLike[str]) -> str | None:
+    """Why ``runs_dir`` cannot hold results (one line naming the path), or None when it can.
+
+    Creates it when missing, then writes and removes a probe file in it and in its ``results``.
+    """
+    root = Path(runs_dir)
+    for path in (root, root / "results"):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            handle, probe = tempfile.mkstemp(dir=path, prefix=".probe-")
+            os.close(handle)
+            os.unlink(probe)
+        except OSError as err:
+            where = err.filename if err.filename is not None else path
+            return f"runs_dir is not usable: cannot write {where}: {err.strerror or err}"
+    return None
+
+
+class RunsDirCheck(Callback):
+    """Hydra callback: refuse an unusable ``runs_dir`` with one line and exit 2, before Hydra
+    creates its output folder there (which would otherwise end in a traceback)."""
+
+    def _check(self, config: Any) -> None:
+        problem = usable_runs_dir(str(config.runs_dir))
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        """Check before a single run."""
+        self._check(config)
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        """Check before a sweep."""
+        self._check(config)

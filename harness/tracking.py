@@ -6,17 +6,20 @@ MLflow costs seconds, and a run with tracking disabled should not pay for it).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
 import subprocess
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["Tracker", "flatten", "git_state", "metric_key"]
+__all__ = ["Tracker", "configure_http", "flatten", "git_state", "metric_key"]
 
 _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_VALUE = 1000, 100, 6000
 
@@ -71,6 +74,49 @@ def git_state(where: str | Path = ".") -> dict[str, str]:
     }
 
 
+def configure_http(retries: int | None, timeout: float | None) -> None:
+    """Set MLflow's HTTP retry count and per-request timeout (``tracking.retries`` / ``.timeout``).
+
+    MLflow's defaults (7 retries with exponential back-off) make a refused connection take
+    minutes; ``None`` leaves MLflow's own setting (its environment variables) untouched.
+    """
+    for var, value, least in (
+        ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", retries, 0),
+        ("MLFLOW_HTTP_REQUEST_TIMEOUT", timeout, 1),
+    ):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(
+                f"'tracking.{var.rsplit('_', 1)[1].lower()}' must be a number >= 0 (got {value!r})"
+            )
+        os.environ[var] = str(max(int(value), least))  # MLflow reads both as integers
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<db>.lock`` for a local sqlite store (else no-op), so
+    only one process at a time creates or migrates the store and its experiment."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    db = Path(uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _quoted(value: str) -> str:
+    """A string literal for an MLflow search filter."""
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -86,18 +132,26 @@ class Tracker:
     def __init__(self, uri: str, experiment: str, artifacts: str | Path | None = None) -> None:
         import mlflow
         from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
 
-        if uri.startswith("sqlite:///"):
-            Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         self._mlflow = mlflow
-        found = self.client.get_experiment_by_name(experiment)
-        if found is not None:
-            self.experiment_id = found.experiment_id
-        else:
-            location = Path(artifacts).resolve().as_uri() if artifacts else None
-            self.experiment_id = self.client.create_experiment(experiment, location)
+        #: Runs started and not yet finished: what :meth:`abort` ends.
+        self.open_runs: list[str] = []
+        with _store_lock(uri):  # first use creates the sqlite store: one process at a time
+            for attempt in range(3):
+                found = self.client.get_experiment_by_name(experiment)
+                if found is not None:
+                    self.experiment_id = found.experiment_id
+                    break
+                location = Path(artifacts).resolve().as_uri() if artifacts else None
+                try:
+                    self.experiment_id = self.client.create_experiment(experiment, location)
+                    break
+                except MlflowException as err:  # created meanwhile by another run (a server)
+                    if attempt == 2 or "RESOURCE_ALREADY_EXISTS" not in str(err.error_code):
+                        raise
 
     def start(
         self, name: str, tags: Mapping[str, str] | None = None, parent: str | None = None
@@ -107,6 +161,7 @@ class Tracker:
         if parent is not None:
             all_tags["mlflow.parentRunId"] = parent
         run = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags)
+        self.open_runs.append(run.info.run_id)
         return run.info.run_id
 
     def log(
@@ -139,14 +194,56 @@ class Tracker:
         self, run_id: str, df: pd.DataFrame, *, name: str, context: str, digest: str, source: str
     ) -> None:
         """Record a dataset (schema, size, content digest) as an input of the run."""
-        from mlflow.entities import DatasetInput, InputTag
+        dtypes = {str(c): str(df[c].dtype) for c in df.columns}
+        self.log_input_described(
+            run_id,
+            name=name,
+            context=context,
+            digest=digest,
+            source=source,
+            num_rows=len(df),
+            dtypes=dtypes,
+        )
 
+    def log_input_described(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        context: str,
+        digest: str,
+        source: str | None,
+        num_rows: int,
+        dtypes: Mapping[str, str],
+    ) -> None:
+        """Record a dataset input from its description (row count and column dtypes): the same
+        schema and profile MLflow derives from the frame, without needing the data."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        def empty(dtype: str) -> pd.Series:
+            try:
+                return pd.Series([], dtype=dtype)
+            except (TypeError, ValueError):
+                return pd.Series([], dtype=object)
+
+        frame = pd.DataFrame({c: empty(d) for c, d in dtypes.items()})
         # MLflow resolves `source` to a known kind (a path, a URI); other origins go in the name.
-        where = source if Path(source).exists() else None
+        where = source if source is not None and Path(source).exists() else None
         with warnings.catch_warnings():  # MLflow's schema hint about integer columns: not ours
             warnings.simplefilter("ignore", UserWarning)
-            dataset = self._mlflow.data.from_pandas(df, source=where, name=name, digest=digest[:36])
+            dataset = self._mlflow.data.from_pandas(
+                frame, source=where, name=name, digest=digest[:36]
+            )
             entity = dataset._to_mlflow_entity()
+        profile = {"num_rows": int(num_rows), "num_elements": int(num_rows) * len(dtypes)}
+        entity = Dataset(
+            name=entity.name,
+            digest=entity.digest,
+            source_type=entity.source_type,
+            source=entity.source,
+            schema=entity.schema,
+            profile=json.dumps(profile),
+        )
         self.client.log_inputs(
             run_id, [DatasetInput(entity, [InputTag("mlflow.data.context", context)])]
         )
@@ -156,5 +253,30 @@ class Tracker:
         self.client.log_artifacts(run_id, str(folder), path)
 
     def finish(self, run_id: str, status: str = "FINISHED") -> None:
-        """Close a run as ``FINISHED`` or ``FAILED``."""
+        """Close a run as ``FINISHED``, ``FAILED`` or ``KILLED``."""
         self.client.set_terminated(run_id, status)
+        if run_id in self.open_runs:
+            self.open_runs.remove(run_id)
+
+    def abort(self, status: str = "KILLED") -> list[str]:
+        """End every run this tracker left open (children first) as ``status``; best effort.
+
+        Returns the ids that could not be ended (e.g. the server is gone).
+        """
+        failed = []
+        for run_id in reversed(list(self.open_runs)):
+            try:
+                self.finish(run_id, status)
+            except Exception:  # the store may be unreachable: report, do not raise
+                failed.append(run_id)
+        return failed
+
+    def find(self, tags: Mapping[str, str], parent: str | None = None) -> list[Any]:
+        """Runs of the experiment (active, any status) carrying every tag in ``tags`` (and whose
+        parent run is ``parent``, when given), oldest first."""
+        wanted = dict(tags)
+        if parent is not None:
+            wanted["mlflow.parentRunId"] = parent
+        clauses = " and ".join(f"tags.`{k}` = {_quoted(v)}" for k, v in wanted.items())
+        runs = self.client.search_runs([self.experiment_id], clauses, max_results=1000)
+        return sorted(runs, key=lambda r: r.info.start_time or 0)
