@@ -1,0 +1,854 @@
+"""``python -m harness.tune``: tune every selected model on validation, then test the best once.
+
+For each selected model with a ``search_space`` (see :func:`parse_dimension` for the grammar), an
+Optuna study samples parameters; each trial fits on the split's **train** part and is scored on
+its **validation** part only (the test part is never passed to a trial). The objective is a metric
+of the suite (``tune.objective``), maximized or minimized as the metric's ``higher_is_better``
+says; the budget is ``tune.trials`` and/or ``tune.timeout`` seconds per model. Every trial is an
+MLflow run nested under the model's tuning parent run (experiment ``<name>-tuning``), with its
+parameters and validation metrics; the parent holds the validation curve (step = trial number).
+Studies live in sqlite under ``tune.storage`` (one file per model, split, data and search space),
+so rerunning an interrupted command resumes it: finished trials count against the budget, a trial
+cut short is run again with the same parameters.
+
+Then (``tune.refit=true``) the best parameters are written into the model configs, the split is
+made again without validation (so training = train + validation) and the normal experiment runs
+once (:func:`harness.cli.run`): that run is the one compared, gated, reported and logged, with
+the tuning results under its ``tune.result`` parameters.
+
+Why not Hydra's Optuna sweeper: ``hydra-optuna-sweeper`` 1.3.0 (the latest) requires
+``optuna<3``, and optuna 2.10's sqlite storage fails on the SQLAlchemy 2.x that MLflow 3 installs
+(``AssertionError`` reading its schema version), so a stored, resumable study is impossible with
+it; its budget is trials per invocation (no time budget, a resumed sweep runs the full count
+again), a trial is a whole Hydra job (data loaded and split again each time), and a sweep has no
+step after the last trial for the refit-and-test-once. The search spaces are in the same model
+configs either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import hashlib
+import json
+import math
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+import metrics
+from harness.datasets import Dataset
+from harness.experiment import Evaluator, MetricSuite, run_models
+from harness.models import SEARCH_SPACE_KEY, Recommender
+from harness.split import Split
+
+__all__ = [
+    "VALIDATION_OFF",
+    "Dimension",
+    "TuneOutcome",
+    "TuneSpec",
+    "parse_dimension",
+    "search_space_of",
+    "tune",
+    "tune_models",
+    "validation_view",
+]
+
+#: Split parameters that turn validation off, per method: the final split's training part is
+#: then the tuning split's train + validation (same cut, same test).
+VALIDATION_OFF: dict[str, dict[str, Any]] = {
+    "global_time": {"valid_cut": None},
+    "leave_one_out": {"valid": False},
+    "user_time": {"valid_ratio": 0.0},
+    "random": {"valid_ratio": 0.0},
+}
+_VALIDATION_HINT = {
+    "global_time": "split.valid_cut=0.7 (a quantile or date before split.cut)",
+    "leave_one_out": "split.valid=true",
+    "user_time": "split.valid_ratio=0.1",
+    "random": "+split.valid_ratio=0.1",
+}
+SAMPLERS = ("tpe", "random")
+_GRAMMAR = "int(low, high[, log]), float(low, high[, log]) or choice(a, b, ...)"
+
+
+# ------------------------------------------------------------------------------ search spaces
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One tuned parameter: an int or float range (optionally log-scaled) or a set of choices."""
+
+    name: str
+    kind: str  # "int" | "float" | "choice"
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+
+    def suggest(self, trial: Any) -> Any:
+        """The trial's value for this parameter."""
+        if self.kind == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)  # type: ignore[arg-type]
+        if self.kind == "float":
+            return trial.suggest_float(self.name, self.low, self.high, log=self.log)
+        return trial.suggest_categorical(self.name, list(self.choices))
+
+    def text(self) -> str:
+        """The grammar form, e.g. ``int(10, 200, log)``."""
+        if self.kind == "choice":
+            return f"choice({', '.join(map(str, self.choices))})"
+        low, high = (int(v) if self.kind == "int" else v for v in (self.low, self.high))  # type: ignore[arg-type]
+        return f"{self.kind}({low}, {high}{', log' if self.log else ''})"
+
+
+def _scalar(text: str) -> Any:
+    """A YAML scalar: ``10`` → 10, ``0.5`` → 0.5, ``true`` → True, ``cosine`` → 'cosine'."""
+    value = yaml.safe_load(text) if text.strip() else ""
+    return value if isinstance(value, str | int | float | bool) or value is None else text.strip()
+
+
+def parse_dimension(name: str, text: Any, where: str = "search_space") -> Dimension:
+    """Parse one search-space entry: ``int(low, high[, log])``, ``float(low, high[, log])`` or
+    ``choice(a, b, ...)`` (choices are YAML scalars: numbers, booleans, strings).
+
+    >>> parse_dimension("k", "int(10, 200, log)")
+    Dimension(name='k', kind='int', low=10, high=200, log=True, choices=())
+    >>> parse_dimension("s", "choice(cosine, jaccard)").choices
+    ('cosine', 'jaccard')
+    """
+    bad = f"{where}.{name}: {text!r} is not a search space; use {_GRAMMAR}"
+    match = re.fullmatch(r"\s*(int|float|choice)\s*\((.*)\)\s*", str(text))
+    if not isinstance(text, str) or match is None:
+        raise ValueError(bad)
+    kind, inner = match.group(1), match.group(2)
+    args = [a.strip() for a in inner.split(",")] if inner.strip() else []
+    if kind == "choice":
+        if not args or any(a == "" for a in args):
+            raise ValueError(bad)
+        choices = tuple(_scalar(a) for a in args)
+        if len(set(map(repr, choices))) != len(choices):
+            raise ValueError(f"{where}.{name}: {text!r} repeats a choice")
+        return Dimension(name, kind, choices=choices)
+    log = len(args) == 3 and args[2] == "log"
+    if len(args) not in (2, 3) or (len(args) == 3 and not log):
+        raise ValueError(bad)
+    low, high = _scalar(args[0]), _scalar(args[1])
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high))
+    if not numeric or (kind == "int" and not all(isinstance(v, int) for v in (low, high))):
+        raise ValueError(f"{where}.{name}: bounds of {text!r} must be {kind}s")
+    if not low < high:
+        raise ValueError(f"{where}.{name}: {text!r} needs low < high")
+    if log and low <= 0:
+        raise ValueError(f"{where}.{name}: {text!r} is log-scaled, so low must be > 0")
+    return Dimension(name, kind, low=low, high=high, log=log)
+
+
+def search_space_of(
+    model: str, node: Mapping[str, Any], accepted: Mapping[str, Any] | None = None
+) -> dict[str, Dimension]:
+    """The parsed ``search_space`` of one model config (empty when it has none).
+
+    ``accepted`` (the constructor's parameters) catches misspelled parameter names.
+    """
+    space = node.get(SEARCH_SPACE_KEY) or {}
+    where = f"model.{model}.{SEARCH_SPACE_KEY}"
+    if not isinstance(space, Mapping):
+        raise ValueError(f"{where} must be a mapping of parameter: range (got {space!r})")
+    dims = {str(k): parse_dimension(str(k), v, where) for k, v in space.items()}
+    if accepted is not None:
+        takes_any = any(getattr(p, "kind", None) == 4 for p in accepted.values())  # **kwargs
+        unknown = sorted(set(dims) - set(accepted))
+        if unknown and not takes_any:
+            raise ValueError(
+                f"{where}: {unknown[0]!r} is not a parameter of {node.get('_target_')} "
+                f"(parameters: {', '.join(p for p in accepted if p != 'self')})"
+            )
+    return dims
+
+
+# --------------------------------------------------------------------------------- the spec
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """What to optimize and with what budget (the ``tune/`` config group)."""
+
+    objective: str = "ndcg@10"
+    trials: int | None = 20
+    timeout: float | None = None
+    sampler: str = "tpe"
+    seed: int = 0
+    storage: str = "runs/tuning"
+    refit: bool = True
+
+    def __post_init__(self) -> None:
+        metrics.parse(self.objective)  # an unknown metric name: one-line ValueError
+        if self.trials is None and self.timeout is None:
+            raise ValueError("tune.trials and tune.timeout are both null: set a budget")
+        if self.trials is not None and (
+            isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1
+        ):
+            raise ValueError(f"'tune.trials' must be a positive int or null (got {self.trials!r})")
+        if self.timeout is not None and not (
+            isinstance(self.timeout, int | float) and self.timeout > 0
+        ):
+            raise ValueError(f"'tune.timeout' must be seconds > 0 or null (got {self.timeout!r})")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(
+                f"'tune.sampler' must be one of {list(SAMPLERS)} (got {self.sampler!r})"
+            )
+
+    @property
+    def maximize(self) -> bool:
+        """True when a larger objective is better (from the metric's definition)."""
+        return bool(metrics.parse(self.objective).definition.higher_is_better)
+
+
+@dataclass
+class TuneOutcome:
+    """One model's study: the best parameters and value, and every trial."""
+
+    model: str
+    study: str
+    storage: str
+    best_params: dict[str, Any] = field(default_factory=dict)
+    best_value: float | None = None
+    trials: pd.DataFrame = field(default_factory=pd.DataFrame)
+    parent_run: str | None = None
+    error: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """Plain values for the final run's ``tune.result.<model>`` config node."""
+        states = self.trials["state"] if len(self.trials) else pd.Series(dtype=object)
+        return {
+            "study": self.study,
+            "storage": self.storage,
+            "best_params": dict(self.best_params),
+            "best_value": self.best_value,
+            "trials_complete": int((states == "COMPLETE").sum()),
+            "trials_failed": int((states == "FAIL").sum()),
+            "mlflow_run": self.parent_run,
+            "error": self.error,
+        }
+
+
+# ---------------------------------------------------------------------------- the validation
+
+
+def validation_view(split: Split) -> Split:
+    """The split as tuning sees it: train, and validation in the place of test.
+
+    Reads only ``split.train`` and ``split.valid``; raises a one-line error when there is no
+    validation data, naming the split parameter that makes some.
+    """
+    if split.valid is None or len(split.valid) == 0:
+        hint = _VALIDATION_HINT.get(split.name, "a validation part")
+        raise ValueError(
+            f"tuning needs validation data but split {split.name!r} has "
+            f"{'none' if split.valid is None else 'an empty one'}: set {hint}"
+        )
+    stats = {k: v for k, v in split.stats.items() if not k.startswith(("test_", "n_test_"))}
+    stats |= {
+        k.replace("valid", "test", 1): v
+        for k, v in split.stats.items()
+        if k.startswith(("valid_", "n_valid_"))
+    }
+    return Split(
+        train=split.train,
+        test=split.valid,
+        valid=None,
+        stats=stats,
+        name=f"{split.name}:validation",
+        params=dict(split.params),
+    )
+
+
+def final_split_params(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The split parameters with validation turned off (training = train + validation)."""
+    return {**params, **VALIDATION_OFF.get(method, {})}
+
+
+def _study_name(model: str, split_name: str, split_key: str, payload: Mapping[str, Any]) -> str:
+    """``<model>-<split>-<hash>``: the hash covers the data and split (``split_key``), the
+    objective, suite, fixed parameters and search space, so any change starts a new study."""
+    text = json.dumps({"split": split_key, **payload}, sort_keys=True, default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return re.sub(r"[^\w.-]", "_", f"{model}-{split_name}-{digest}")
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (released when the process dies, too)."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(
+                f"study {lock_path.stem!r} is being tuned by another process "
+                f"(lock {lock_path}); wait for it or stop it"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise ImportError(
+            "tuning needs the optional package 'optuna': pip install 'recsys-harness[tune]'"
+        ) from None
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # failed trials: our own one line
+    return optuna
+
+
+def _resume(optuna: Any, study: Any, storage: Any) -> int:
+    """Prepare a stored study for more trials; return how many count against the budget.
+
+    Trials left ``RUNNING`` (a killed process: the lock says no other process is tuning) are
+    marked failed; those and trials stopped by an interrupt are queued again with the same
+    parameters, once. Complete trials and trials that failed on their own count.
+    """
+    states = optuna.trial.TrialState
+    requeued = set(study.user_attrs.get("requeued", []))
+    study_id = storage.get_study_id_from_name(study.study_name)
+    again = []
+    counted = 0
+    for t in study.get_trials(deepcopy=False):
+        interrupted = t.state == states.RUNNING or (
+            t.state == states.FAIL and t.user_attrs.get("interrupted")
+        )
+        if t.state == states.RUNNING:
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+            storage.set_trial_user_attr(trial_id, "interrupted", True)
+            storage.set_trial_state_values(trial_id, states.FAIL)
+        if interrupted and t.number not in requeued and t.params:
+            again.append(t)
+        elif not interrupted and t.state in (states.COMPLETE, states.FAIL, states.PRUNED):
+            counted += 1
+    for t in again:
+        study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+        requeued.add(t.number)
+    if again:
+        study.set_user_attr("requeued", sorted(requeued))
+    return counted
+
+
+def _trials_frame(study: Any) -> pd.DataFrame:
+    """One row per trial: number, state, value, seconds, params (``param.<name>``), error."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        seconds = (
+            (t.datetime_complete - t.datetime_start).total_seconds()
+            if t.datetime_complete and t.datetime_start
+            else None
+        )
+        rows.append(
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "value": t.value,
+                "seconds": seconds,
+                **{f"param.{k}": v for k, v in t.params.items()},
+                "error": t.user_attrs.get("error"),
+                "interrupted": bool(t.user_attrs.get("interrupted", False)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every trial of one tuning command shares."""
+
+    vsplit: Split
+    vdataset: Dataset
+    suite: MetricSuite
+    spec: TuneSpec
+    evaluate: Evaluator
+    tracker: Any | None
+
+
+def tune_models(
+    dataset: Dataset,
+    split: Split,
+    builders: Mapping[str, Callable[[dict[str, Any]], Recommender]],
+    spaces: Mapping[str, Mapping[str, Dimension]],
+    suite: MetricSuite,
+    spec: TuneSpec,
+    study_names: Mapping[str, str],
+    *,
+    evaluate: Evaluator = metrics.evaluate,
+    tracker: Any | None = None,
+    progress: bool = True,
+) -> dict[str, TuneOutcome]:
+    """Tune each model of ``spaces`` on ``split``'s validation part; return the outcomes.
+
+    ``builders[name](params)`` builds the model with ``params`` overriding its configured ones
+    (it raises when they are invalid: that trial fails, the others go on). Reads ``split.train``
+    and ``split.valid`` only: neither ``split.test`` nor ``dataset.frame`` is touched (the
+    validation catalog is the items of train and validation).
+    """
+    vsplit = validation_view(split)
+    frame = pd.concat([vsplit.train, vsplit.test], ignore_index=True)
+    vdataset = Dataset(f"{dataset.name}:validation", frame, dataset.source)
+    names = tuple(suite.names) + (() if spec.objective in suite.names else (spec.objective,))
+    cutoff = metrics.parse(spec.objective).k or 0
+    vsuite = replace(suite, names=names, k=max(suite.k, cutoff))
+    ctx = _Context(vsplit, vdataset, vsuite, spec, evaluate, tracker)
+    outcomes = {}
+    for name, space in spaces.items():
+        outcomes[name] = _tune_one(name, builders[name], dict(space), study_names[name], ctx)
+        if progress:
+            print(format_outcome(outcomes[name], spec), flush=True)
+    return outcomes
+
+
+def _tune_one(
+    name: str,
+    build: Callable[[dict[str, Any]], Recommender],
+    space: dict[str, Dimension],
+    study_name: str,
+    ctx: _Context,
+) -> TuneOutcome:
+    """Run (or resume) one model's study to its budget."""
+    optuna = _optuna()
+    spec = ctx.spec
+    folder = Path(spec.storage)
+    folder.mkdir(parents=True, exist_ok=True)
+    db = folder / f"{study_name}.db"
+    url = f"sqlite:///{db}"
+    outcome = TuneOutcome(name, study_name, str(db))
+    with _exclusive(folder / f"{study_name}.lock"):
+        storage = optuna.storages.RDBStorage(url)
+        study = optuna.create_study(
+            study_name=study_name,
+            storage=storage,
+            direction="maximize" if spec.maximize else "minimize",
+            load_if_exists=True,
+        )
+        done = _resume(optuna, study, storage)
+        # A resumed study draws new parameters: the sampler's seed moves on with the trials.
+        seed = spec.seed + len(study.trials)
+        sampler = (
+            optuna.samplers.TPESampler(seed=seed)
+            if spec.sampler == "tpe"
+            else optuna.samplers.RandomSampler(seed=seed)
+        )
+        study.sampler = sampler
+        parent = _parent_run(ctx, study, name, space)
+        outcome.parent_run = parent
+        remaining = None if spec.trials is None else max(spec.trials - done, 0)
+        objective = _objective(name, build, space, ctx, parent, study_name)
+        if remaining != 0:
+            study.optimize(
+                objective,
+                n_trials=remaining,
+                timeout=spec.timeout,
+                catch=(Exception,),
+                gc_after_trial=False,
+            )
+        outcome.trials = _trials_frame(study)
+        complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+        if complete:
+            best = study.best_trial
+            outcome.best_params = dict(best.params)
+            outcome.best_value = float(best.value)
+        else:
+            errors = [e for e in outcome.trials.get("error", pd.Series()).dropna()]
+            outcome.error = f"no trial of {name} completed" + (
+                f" (last error: {errors[-1]})" if errors else ""
+            )
+        if ctx.tracker is not None and parent is not None:
+            _close_parent(ctx, parent, outcome)
+    return outcome
+
+
+def _objective(
+    name: str,
+    build: Callable[[dict[str, Any]], Recommender],
+    space: dict[str, Dimension],
+    ctx: _Context,
+    parent: str | None,
+    study_name: str,
+) -> Callable[[Any], float]:
+    """The function Optuna calls per trial: build, fit on train, score on validation."""
+    objective = ctx.spec.objective
+
+    def run_trial(trial: Any) -> float:
+        params = {d.name: d.suggest(trial) for d in space.values()}
+        run_id = None
+        if ctx.tracker is not None and parent is not None:
+            run_id = ctx.tracker.start(
+                f"{name} trial {trial.number}",
+                tags={
+                    "harness.kind": "tuning-trial",
+                    "tune.model": name,
+                    "tune.study": study_name,
+                    "tune.trial": str(trial.number),
+                },
+                parent=parent,
+            )
+            ctx.tracker.log(run_id, params=params)
+        status = "FAILED"
+        try:
+            value, summary, seconds = _score_trial(name, build, params, ctx)
+            status = "FINISHED"
+        except Exception as err:
+            message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            trial.set_user_attr("error", f"{type(err).__name__}: {message}")
+            print(
+                f"trial {trial.number} of {name} failed: {type(err).__name__}: {message}",
+                file=sys.stderr,
+            )
+            if run_id is not None:
+                ctx.tracker.log(run_id, tags={"error": f"{type(err).__name__}: {message}"})
+            raise
+        except BaseException:
+            trial.set_user_attr("interrupted", True)
+            status = "KILLED"
+            raise
+        finally:
+            if run_id is not None and status != "FINISHED":
+                ctx.tracker.finish(run_id, status)
+        if ctx.tracker is not None and run_id is not None:
+            ctx.tracker.log(
+                run_id,
+                metrics={
+                    **{f"valid.{k}": v for k, v in summary.items()},
+                    **{f"seconds.{k}": v for k, v in seconds.items()},
+                },
+            )
+            ctx.tracker.finish(run_id)
+            _log_curve(ctx, parent, objective, trial.number, value)
+        return value
+
+    return run_trial
+
+
+def _score_trial(
+    name: str,
+    build: Callable[[dict[str, Any]], Recommender],
+    params: dict[str, Any],
+    ctx: _Context,
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Fit one configuration on train and evaluate it on validation."""
+    model = build(params)
+    with tempfile.TemporaryDirectory(prefix="tune-trial-") as tmp:
+        result = run_models(
+            ctx.vdataset,
+            ctx.vsplit,
+            {name: model},
+            ctx.suite,
+            Path(tmp),
+            progress=False,
+            evaluate=ctx.evaluate,
+        )
+    outcome = result.outcomes[name]
+    if not outcome.ok or outcome.evaluation is None:
+        raise RuntimeError(outcome.error or "the model failed")
+    summary = {k: float(v) for k, v in outcome.evaluation.summary.items()}
+    value = summary[ctx.spec.objective]
+    if not math.isfinite(value):
+        raise ValueError(f"objective {ctx.spec.objective} is {value} on validation")
+    return value, summary, dict(outcome.seconds)
+
+
+def _parent_run(ctx: _Context, study: Any, name: str, space: Mapping[str, Dimension]) -> str | None:
+    """The model's tuning parent run: the study's own (resumed) or a new one."""
+    tracker = ctx.tracker
+    if tracker is None:
+        return None
+    known = study.user_attrs.get("mlflow_parent_run")
+    if known:
+        try:
+            tracker.client.update_run(known, status="RUNNING")
+            tracker.open_runs.append(known)
+            return str(known)
+        except Exception:  # deleted, or another tracking store: start a new parent
+            pass
+    stats = ctx.vsplit.stats
+    run_id = tracker.start(
+        f"tune {name}",
+        tags={
+            "harness.kind": "tuning",
+            "tune.model": name,
+            "tune.study": study.study_name,
+            "tune.objective": ctx.spec.objective,
+            "tune.direction": "maximize" if ctx.spec.maximize else "minimize",
+        },
+    )
+    tracker.log(
+        run_id,
+        params={
+            "model": name,
+            "objective": ctx.spec.objective,
+            "sampler": ctx.spec.sampler,
+            "budget.trials": ctx.spec.trials,
+            "budget.timeout": ctx.spec.timeout,
+            "split": ctx.vsplit.name,
+            "dataset": ctx.vdataset.name,
+            **{f"space.{k}": d.text() for k, d in space.items()},
+        },
+        metrics={
+            "n_train_events": stats.get("n_train_events", 0),
+            "n_valid_events": stats.get("n_test_events", 0),
+        },
+    )
+    study.set_user_attr("mlflow_parent_run", run_id)
+    return run_id
+
+
+def _log_curve(ctx: _Context, parent: str | None, objective: str, step: int, value: float) -> None:
+    """The objective of trial ``step`` on the parent run: MLflow draws the validation curve."""
+    if ctx.tracker is None or parent is None:
+        return
+    from mlflow.entities import Metric
+
+    from harness.tracking import metric_key
+
+    now = int(time.time() * 1000)
+    ctx.tracker.client.log_batch(
+        parent, metrics=[Metric(metric_key(f"valid.{objective}"), value, now, step)]
+    )
+
+
+def _close_parent(ctx: _Context, parent: str, outcome: TuneOutcome) -> None:
+    """Best parameters, value and trial counts on the parent run, then finish it."""
+    summary = outcome.summary()
+    ctx.tracker.log(
+        parent,
+        metrics={
+            f"best.valid.{ctx.spec.objective}": outcome.best_value,
+            "trials_complete": summary["trials_complete"],
+            "trials_failed": summary["trials_failed"],
+        },
+        tags={f"best.{k}": v for k, v in outcome.best_params.items()}
+        | ({"error": outcome.error} if outcome.error else {}),
+    )
+    ctx.tracker.finish(parent, "FINISHED" if outcome.error is None else "FAILED")
+
+
+def format_outcome(outcome: TuneOutcome, spec: TuneSpec) -> str:
+    """One model's tuning result, for the terminal."""
+    s = outcome.summary()
+    head = (
+        f"tuned {outcome.model}: {s['trials_complete']} trials complete, "
+        f"{s['trials_failed']} failed (study {outcome.study}, {outcome.storage})"
+    )
+    if outcome.error:
+        return f"{head}\n  {outcome.error}"
+    params = ", ".join(f"{k}={_fmt(v)}" for k, v in outcome.best_params.items())
+    return f"{head}\n  best validation {spec.objective} {outcome.best_value:.4f} with {params}"
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+# ------------------------------------------------------------------------------- the command
+
+
+def spec_of(cfg: DictConfig) -> TuneSpec:
+    """The typed ``tune/`` config."""
+    node = OmegaConf.to_container(cfg.get("tune") or {}, resolve=True) or {}
+    assert isinstance(node, dict)
+    node.pop("result", None)
+    known = set(TuneSpec.__dataclass_fields__)
+    unknown = sorted(set(node) - known)
+    if unknown:
+        raise ValueError(f"unknown key 'tune.{unknown[0]}'; allowed: {sorted(known)}")
+    return TuneSpec(**node)
+
+
+def _model_nodes(cfg: DictConfig) -> dict[str, dict[str, Any]]:
+    """Every selected model's config as plain values (interpolations resolved)."""
+    out = {}
+    for name, node in (cfg.get("model") or {}).items():
+        plain = OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+        if not isinstance(plain, dict) or not plain.get("_target_"):
+            raise ValueError(f"model {name!r} has no _target_ (the class to build)")
+        out[str(name)] = plain
+    if not out:
+        raise ValueError("no model selected: use e.g. model=[popularity,item_knn]")
+    return out
+
+
+def _builder(cfg: DictConfig, name: str) -> Callable[[dict[str, Any]], Recommender]:
+    """Build model ``name`` with some parameters overridden, as ``build_models`` would."""
+    from harness.cli import build_models
+
+    def build(params: dict[str, Any]) -> Recommender:
+        node = OmegaConf.to_container(cfg.model[name], resolve=True, throw_on_missing=True)
+        assert isinstance(node, dict)
+        engine = OmegaConf.to_container(cfg.get("engine") or {}, resolve=True)
+        # debug: a build error must fail the trial with its own message
+        sub = OmegaConf.create(
+            {"model": {name: {**node, **params}}, "engine": engine, "debug": True}
+        )
+        models, _ = build_models(sub, progress=False)
+        return models[name]
+
+    return build
+
+
+def tune(cfg: DictConfig) -> int:
+    """Tune every selected model with a search space, then (``tune.refit``) run the experiment
+    once with the best parameters on train + validation vs test; return the exit code."""
+    from harness.cli import engine_of, suite_of
+    from harness.datasets import load_dataset
+    from harness.split import load_or_make_split, split_cache_key
+
+    spec = spec_of(cfg)
+    suite = suite_of(cfg)
+    nodes = _model_nodes(cfg)
+    spaces = {}
+    for name, node in nodes.items():
+        space = search_space_of(name, node, _parameters(get_class(node["_target_"])))
+        if space:
+            spaces[name] = space
+        else:
+            print(f"note: {name} has no search_space: used with its configured parameters")
+    if not spaces:
+        raise ValueError(
+            "no selected model has a search_space to tune (see README, 'Tuning'); "
+            "e.g. model=[popularity,item_knn]"
+        )
+    runs_dir = Path(cfg.runs_dir)
+    dataset = load_dataset(OmegaConf.to_container(cfg.dataset, resolve=True))  # type: ignore[arg-type]
+    split_params = OmegaConf.to_container(cfg.split, resolve=True)
+    assert isinstance(split_params, dict)
+    method = split_params.pop("method")
+    split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
+    key = split_cache_key(dataset.frame, method, split_params)
+    payload = {
+        "objective": spec.objective,
+        "sampler": spec.sampler,
+        "suite": [suite.k, suite.relevance, suite.relevance_threshold, dict(suite.options)],
+    }
+    names = {
+        n: _study_name(
+            n,
+            method,
+            key,
+            {
+                **payload,
+                "model": {k: v for k, v in nodes[n].items() if k != SEARCH_SPACE_KEY},
+                "space": {k: d.text() for k, d in spaces[n].items()},
+            },
+        )
+        for n in spaces
+    }
+    tracker = None
+    if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri"):
+        from harness.tracking import Tracker
+
+        tracker = Tracker(
+            str(cfg.tracking.uri), f"{cfg.name}-tuning", cfg.tracking.get("artifacts")
+        )
+    cand = (cfg.get("candidates") or {}).get("kind", "full")
+    if cand != "full":
+        print(f"note: tuning ranks the full catalog; the final test run uses candidates={cand}")
+    with engine_of(cfg) as evaluate:
+        outcomes = tune_models(
+            dataset,
+            split,
+            {n: _builder(cfg, n) for n in spaces},
+            spaces,
+            suite,
+            spec,
+            names,
+            evaluate=evaluate,
+            tracker=tracker,
+            progress=True,
+        )
+    failed = [o for o in outcomes.values() if o.error]
+    if not spec.refit:
+        return 1 if failed else 0
+    final = final_config(cfg, outcomes, method)
+    print("\nrefit with the best parameters on train + validation, evaluated once on test:")
+    from harness.cli import run
+
+    return run(final)
+
+
+def final_config(cfg: DictConfig, outcomes: Mapping[str, TuneOutcome], method: str) -> DictConfig:
+    """The experiment config of the test run: tuned parameters in the model configs, the split
+    without validation, and the tuning results under ``tune.result``."""
+    final = copy.deepcopy(cfg)
+    OmegaConf.set_struct(final, False)
+    for name, outcome in outcomes.items():
+        for key, value in outcome.best_params.items():
+            final.model[name][key] = value
+    for key, value in VALIDATION_OFF.get(method, {}).items():
+        final.split[key] = value
+    final.tune = OmegaConf.merge(
+        final.get("tune") or {}, {"result": {n: o.summary() for n, o in outcomes.items()}}
+    )
+    return final
+
+
+def _parameters(cls: type) -> Mapping[str, Any]:
+    import inspect
+
+    return inspect.signature(cls).parameters
+
+
+def _default_group(argv: list[str]) -> list[str]:
+    """Command-line overrides with the ``tune`` group selected when none is given."""
+    if any(re.match(r"^[+~]*tune(@[\w.]+)?=", a) for a in argv):
+        return argv
+    return ["+tune=default", *argv]
+
+
+def main() -> None:
+    """Hydra entry point of ``python -m harness.tune``; one-line errors, exit code 2."""
+    import hydra
+    from omegaconf.errors import MissingMandatoryValue
+
+    from harness.cli import EXIT_BAD_INPUT
+    from harness.errors import DataError
+
+    sys.argv[1:] = _default_group(sys.argv[1:])
+    holder = {"code": 0}
+
+    @hydra.main(version_base=None, config_path="configs", config_name="config")
+    def _main(cfg: DictConfig) -> None:
+        try:
+            holder["code"] = tune(cfg)
+        except (
+            DataError,
+            ValueError,
+            ImportError,
+            FileNotFoundError,
+            MissingMandatoryValue,
+        ) as err:
+            if cfg.get("debug"):
+                raise
+            message = str(err).splitlines()[0]
+            if isinstance(err, MissingMandatoryValue):
+                message = f"'{err.full_key}' must be set, e.g. {err.full_key}=..."
+            print(f"error: {message}", file=sys.stderr)
+            holder["code"] = EXIT_BAD_INPUT
+
+    _main()
+    sys.exit(holder["code"])
+
+
+if __name__ == "__main__":
+    main()
