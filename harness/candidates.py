@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from harness.data import ITEM, USER
+from harness.data import ITEM, USER, check_text_file, normalize_ids
 from harness.errors import DataError
 from harness.split import Split
 
@@ -112,18 +113,36 @@ def sample_negatives(
 
 
 def _read_file(path: str) -> pd.DataFrame:
+    """The (user, item) rows of a candidates file; ids follow the interaction files' id rule."""
     p = Path(path)
     if not p.is_file():
         raise DataError(f"{path}: candidate file not found")
-    frame = pd.read_parquet(p) if p.suffix.lower() in (".parquet", ".pq") else pd.read_csv(p)
+    try:
+        if p.suffix.lower() in (".parquet", ".pq"):
+            frame = pd.read_parquet(p)
+        else:
+            check_text_file(p, "csv", path)
+            frame = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: the candidates file is empty (no header, no rows)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, pa.ArrowException, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{path}: cannot read the candidates file: {first}") from None
     missing = [c for c in (USER, ITEM) if c not in frame.columns]
     if missing:
         raise DataError(
             f"{path}: column {missing[0]!r} is missing (found {[str(c) for c in frame.columns]})"
         )
+    if len(frame) == 0:
+        raise DataError(f"{path}: the candidates file has no rows")
     if frame[[USER, ITEM]].isna().any().any():
         raise DataError(f"{path}: column 'user' or 'item' has missing ids")
-    return frame[[USER, ITEM]].drop_duplicates().reset_index(drop=True)
+    ids = {c: normalize_ids(frame[c].reset_index(drop=True), path, f"'{c}'") for c in (USER, ITEM)}
+    return pd.DataFrame(ids).drop_duplicates().reset_index(drop=True)
+
+
+def _kind(s: pd.Series) -> str:
+    return "integer" if pd.api.types.is_integer_dtype(s.dtype) else "text"
 
 
 def build_candidates(
@@ -137,9 +156,15 @@ def build_candidates(
         if not spec.path:
             raise DataError("candidates=file needs candidates.path=<csv or parquet of user,item>")
         frame = _read_file(spec.path)
-        if frame[USER].dtype != split.test[USER].dtype:
-            frame[USER] = frame[USER].astype(split.test[USER].dtype)
-            frame[ITEM] = frame[ITEM].astype(split.train[ITEM].dtype)
+        for col, part in ((USER, split.test), (ITEM, split.train)):
+            if frame[col].dtype != part[col].dtype:
+                try:
+                    frame[col] = frame[col].astype(part[col].dtype)
+                except (TypeError, ValueError):
+                    raise DataError(
+                        f"{spec.path}: column '{col}' holds {_kind(frame[col])} ids but the "
+                        f"interactions have {_kind(part[col])} ids, e.g. {frame[col].iloc[0]!r}"
+                    ) from None
     else:
         frame = _cached_sample(spec, split, cache_dir)
     stats = {

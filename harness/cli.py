@@ -37,7 +37,7 @@ from harness.gate import EXIT_CODES, GateDecision, GateSpec, decide, worst
 from harness.models import Recommender, without_search_space
 from harness.record import plan, replay, save_plan
 from harness.report import ReportContext, write_report
-from harness.split import load_or_make_split, split_cache_key
+from harness.split import check_usable, load_or_make_split, split_cache_key
 
 EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
 
@@ -217,6 +217,7 @@ def run(cfg: DictConfig) -> int:
     method = split_params.pop("method")
     checkpoint("split")
     split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
+    check_usable(split)  # empty train or test: a data error (exit 2) before any model runs
     key = split_cache_key(dataset.frame, method, split_params)
     folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
     _active["folder"] = folder

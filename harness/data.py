@@ -45,7 +45,9 @@ __all__ = [
     "TIMESTAMP",
     "TIMESTAMP_FORMATS",
     "USER",
+    "check_text_file",
     "load_interactions",
+    "normalize_ids",
     "validate_interactions",
 ]
 
@@ -174,7 +176,7 @@ def validate_interactions(
 
     out: dict[str, pd.Series | np.ndarray] = {}
     for name in (USER, ITEM):
-        out[name] = _normalize_ids(df[name], source, _label(name, mapping))
+        out[name] = normalize_ids(df[name], source, _label(name, mapping))
     out[TIMESTAMP] = _normalize_timestamps(
         df[TIMESTAMP], source, _label(TIMESTAMP, mapping), timestamp_format
     )
@@ -272,7 +274,7 @@ def _file_columns(path: str | os.PathLike[str], kind: str, source: str) -> list[
     if kind == "parquet":
         names = _parquet_schema(path).names
         return [n for n in names if not n.startswith("__index_level_")]
-    _check_text_file(path, kind, source)
+    check_text_file(path, kind, source)
     try:
         header = pd.read_csv(path, sep="\t" if kind == "tsv" else ",", nrows=0)
     except pd.errors.EmptyDataError as exc:
@@ -291,7 +293,7 @@ def _is_compressed(path: str | os.PathLike[str]) -> bool:
     return Path(path).suffix.lower() in (".gz", ".bz2", ".zip", ".xz", ".zst", ".tar")
 
 
-def _check_text_file(path: str | os.PathLike[str], kind: str, source: str) -> None:
+def check_text_file(path: str | os.PathLike[str], kind: str, source: str) -> None:
     """A CSV/TSV must be UTF-8 text: a NUL byte or invalid UTF-8 near the start is refused."""
     if _is_compressed(path) or not Path(path).is_file():
         return  # pandas decompresses; a missing file is reported by the reader
@@ -371,7 +373,7 @@ def _fail(
     )
 
 
-def _normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
+def normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
     """One id type per column (see the module docstring); CSV text and Parquet agree."""
     nulls = s.isna().to_numpy()
     if nulls.any():
@@ -407,6 +409,9 @@ def _normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
             return pd.Series(ints, index=s.index)
     _check_near_duplicates(text, integral, source, label)
     return text
+
+
+_normalize_ids = normalize_ids  # the name used by harness.models
 
 
 def _typed_object_ids(s: pd.Series, source: str, label: str) -> pd.Series:

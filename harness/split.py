@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from harness.data import ITEM, TIMESTAMP, USER
+from harness.errors import DataError
 
 __all__ = [
     "FILTER_PARAMS",
@@ -54,6 +55,7 @@ __all__ = [
     "UNSEEN_POLICIES",
     "Split",
     "apply_filters",
+    "check_usable",
     "data_hash",
     "global_time",
     "leave_one_out",
@@ -560,6 +562,51 @@ def _unseen(
         stats[f"{prefix}_dropped_items"] = _nunique(part[ITEM]) - _nunique(kept[ITEM])
         part = kept
     return part, stats
+
+
+def check_usable(split: Split) -> Split:
+    """Return ``split`` unchanged, or raise DataError (one line) when its train or test part is
+    empty: nothing could be fitted or evaluated, so it is the data's fault, not a model's."""
+    s = split.stats
+    name = f"split {split.name}"
+    if s.get("n_test_events", 1) == 0:
+        if s.get("test_dropped_events", 0):
+            raise DataError(
+                f"{name}: all {s['test_dropped_events']} test events are of users or items unseen"
+                " in training and were dropped (split.unseen=drop); nothing is left to evaluate"
+            )
+        last = max(t for t in (s.get("train_time_max"), s.get("valid_time_max")) if t is not None)
+        if s.get("cut_iso") is not None:
+            raise DataError(
+                f"{name}: split.cut {s['cut_iso']} is after the last event ({_iso(last)}); "
+                f"the test set is empty"
+            )
+        raise DataError(
+            f"{name} leaves the test set empty ({s['n_input_events']} events, "
+            f"{s['n_input_users']} users)"
+        )
+    if s.get("n_train_events", 1) == 0:
+        if s.get("train_filtered_events", 0):
+            raise DataError(
+                f"{name}: the training filters (min_user_interactions, min_item_interactions, "
+                f"kcore) removed all {s['train_filtered_events']} training events"
+            )
+        first, last = s.get("test_time_min"), s.get("test_time_max")
+        if first is not None and first == last and s.get("valid_time_min") is None:
+            raise DataError(
+                f"{name}: every event is at one timestamp ({_iso(first)}), so no event is "
+                f"before the test ones; the training set is empty"
+            )
+        if s.get("cut_iso") is not None:
+            raise DataError(
+                f"{name}: split.cut {s['cut_iso']} is at or before the first event "
+                f"({_iso(first)}); the training set is empty"
+            )
+        raise DataError(
+            f"{name} leaves the training set empty ({s['n_input_events']} events, "
+            f"{s['n_input_users']} users)"
+        )
+    return split
 
 
 def _unseen_zero(prefix: str) -> dict[str, Any]:

@@ -1,0 +1,354 @@
+"""Act on a gate decision in the MLflow Model Registry: move an alias on GO, refuse otherwise.
+
+Opt-in with ``gate.promote=ALIAS`` (e.g. ``champion``). For every gated candidate that is a
+registered model version (``model=mlflow`` with ``model.mlflow.uri=models:/NAME/VERSION`` or
+``@ALIAS``; its resolved version is in the run's ``info.name`` / ``info.version``):
+
+- GO: the alias ``ALIAS`` of ``NAME`` is moved to the candidate's version;
+- anything else: the alias is left where it is and the refusal is printed with the reason (the
+  decision and the rules that did not pass). Two GO candidates of the same registered model are
+  both refused (which one should win is a human's call).
+
+Either way the evaluation is written onto the model version, so the registry is the audit trail:
+one tag ``harness.eval.<parent run id>`` per evaluation (JSON: date, decision, rule outcomes,
+baseline, the numbers of every compared metric on all users, the alias action) — what
+``python -m harness.history NAME`` reads — plus ``harness.latest.*`` tags and a readable
+description of the latest evaluation. The parent run gets a ``registry.promotion`` tag.
+The registry is the tracking store's (the default of ``model=mlflow``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as _st
+
+__all__ = [
+    "EVAL_TAG",
+    "LATEST_TAG",
+    "Promotion",
+    "evaluation_record",
+    "format_promotion",
+    "mean_ci",
+    "plan_promotions",
+    "promote_run",
+]
+
+#: Tag key prefix of one evaluation on a model version (suffix: the parent run id).
+EVAL_TAG = "harness.eval."
+#: Tag key prefix of the latest evaluation's summary tags.
+LATEST_TAG = "harness.latest."
+EXIT_REGISTRY_FAILED = 3
+_MAX_REASON = 300  # characters of a rule's reason kept in the registry record
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """What to do with one registered candidate: ``promote`` or ``refuse``, and why."""
+
+    candidate: str
+    name: str  # registered model name
+    version: str
+    decision: str
+    action: str  # promote | refuse
+    reason: str
+
+
+def _failing_rules(decision: Any) -> list[str]:
+    """The rules of a decision that did not pass, as ``rule metric (segment): status — reason``."""
+    return [
+        f"{r.rule} {r.metric} ({r.segment}): {r.status} — {r.reason}"
+        for r in decision.rules
+        if r.status not in ("pass", "not_applicable")
+    ]
+
+
+def plan_promotions(
+    decisions: Mapping[str, Any], registered: Mapping[str, tuple[str, str]], alias: str
+) -> list[Promotion]:
+    """One :class:`Promotion` per gated candidate that is a registered version.
+
+    ``decisions``: candidate → ``GateDecision``; ``registered``: candidate → (registered model
+    name, version). GO promotes, unless another GO candidate is a version of the same model.
+    """
+    go_by_name: dict[str, list[str]] = {}
+    for cand, (name, _) in registered.items():
+        if cand in decisions and decisions[cand].decision == "GO":
+            go_by_name.setdefault(name, []).append(cand)
+    plans = []
+    for cand, decision in decisions.items():
+        if cand not in registered:
+            continue
+        name, version = registered[cand]
+        if decision.decision == "GO" and len(go_by_name[name]) > 1:
+            others = ", ".join(c for c in go_by_name[name] if c != cand)
+            plans.append(
+                Promotion(
+                    cand,
+                    name,
+                    version,
+                    decision.decision,
+                    "refuse",
+                    f"GO, but {others} (another version of {name}) is GO too: promote one "
+                    f"of them explicitly",
+                )
+            )
+        elif decision.decision == "GO":
+            plans.append(
+                Promotion(cand, name, version, "GO", "promote", f"GO against {decision.baseline}")
+            )
+        else:
+            failing = _failing_rules(decision)
+            why = "; ".join(failing) if failing else "no rule passed"
+            plans.append(
+                Promotion(
+                    cand,
+                    name,
+                    version,
+                    decision.decision,
+                    "refuse",
+                    f"{decision.decision} against {decision.baseline}: {why}",
+                )
+            )
+    return plans
+
+
+def mean_ci(values: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    """Mean and its normal-approximation CI (``mean ± z·sd/√n``, ddof=1) over per-user values,
+    NaN dropped; NaN when fewer than 2 values."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if v.size < 2:
+        mean = float(v.mean()) if v.size else float("nan")
+        return mean, float("nan"), float("nan")
+    half = float(_st.norm.ppf(0.5 + confidence / 2) * v.std(ddof=1) / np.sqrt(v.size))
+    mean = float(v.mean())
+    return mean, mean - half, mean + half
+
+
+def _num(value: Any) -> float | None:
+    """A JSON-safe float (None for NaN / missing)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if np.isfinite(out) else None
+
+
+def evaluation_record(
+    pair: Any,
+    decision: Any,
+    per_user: Any,
+    *,
+    run_id: str,
+    experiment: str,
+    headline: str,
+    confidence: float,
+    baseline_uri: str | None,
+    alias: str,
+    plan: Promotion,
+    date: str,
+) -> dict[str, Any]:
+    """The JSON record of one evaluation of a registered version (tag ``harness.eval.<run>``):
+    per metric on all users, the candidate's value with its CI (normal approximation over
+    users; whole-run metrics have none), the baseline's, and the relative lift with its CI."""
+    numbers: dict[str, dict[str, Any]] = {}
+    table = pair.table[pair.table["segment"] == "all"]
+    for _, row in table.iterrows():
+        metric = str(row["metric"])
+        if row.get("kind") == "labels":
+            continue
+        entry: dict[str, Any] = {
+            "value": _num(row.get("mean_b")),
+            "baseline": _num(row.get("mean_a")),
+            "lift": _num(row.get("lift")),
+            "lift_ci": [_num(row.get("lift_ci_low")), _num(row.get("lift_ci_high"))],
+            "ci": [None, None],
+        }
+        if row.get("kind") == "per-user" and per_user is not None and metric in per_user:
+            _, low, high = mean_ci(per_user[metric].to_numpy(), confidence)
+            entry["ci"] = [_num(low), _num(high)]
+        numbers[metric] = entry
+    return {
+        "date": date,
+        "run": run_id,
+        "experiment": experiment,
+        "candidate": pair.candidate,
+        "baseline": pair.baseline,
+        "baseline_uri": baseline_uri,
+        "decision": decision.decision,
+        "rules": [
+            f"{r.rule} {r.metric} ({r.segment}): {r.status} — {r.reason[:_MAX_REASON]}"
+            for r in decision.rules
+        ],
+        "headline": headline,
+        "confidence": confidence,
+        "metrics": numbers,
+        "alias": alias,
+        "action": "promoted" if plan.action == "promote" else "refused",
+        "reason": plan.reason[: 4 * _MAX_REASON],
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2%}"
+
+
+def _val(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def headline_text(record: Mapping[str, Any], metric: str | None = None) -> str:
+    """``ndcg@10 0.3479 [0.3301, 0.3657], lift +22.05% [+13.76%, +31.35%] vs popularity``."""
+    metric = metric or record.get("headline")
+    entry = record.get("metrics", {}).get(metric)
+    if not entry:
+        return f"{metric} -"
+    low, high = entry.get("ci") or [None, None]
+    ci = f" [{_val(low)}, {_val(high)}]" if low is not None else ""
+    lift_low, lift_high = entry.get("lift_ci") or [None, None]
+    lift_ci = f" [{_pct(lift_low)}, {_pct(lift_high)}]" if lift_low is not None else ""
+    return (
+        f"{metric} {_val(entry.get('value'))}{ci}, lift {_pct(entry.get('lift'))}{lift_ci} "
+        f"vs {record.get('baseline')}"
+    )
+
+
+def _description(record: Mapping[str, Any], moved: str) -> str:
+    """The model version's description: the latest evaluation, readable in the registry UI."""
+    lines = [
+        f"**Offline evaluation {record['date']}: {record['decision']}** against "
+        f"`{record['baseline_uri'] or record['baseline']}` — parent run `{record['run']}` "
+        f"(experiment `{record['experiment']}`, report `runs:/{record['run']}/report.html`).",
+        "",
+        f"- {headline_text(record)} ({record['confidence']:.0%} CIs)",
+        *[f"- {rule}" for rule in record["rules"]],
+        f"- alias @{record['alias']}: {moved}",
+        "",
+        "Every evaluation is kept in the `harness.eval.<run id>` tags "
+        "(`python -m harness.history NAME`).",
+    ]
+    return "\n".join(lines)
+
+
+def format_promotion(plan: Promotion, alias: str, before: str | None) -> str:
+    """The terminal line of one promotion or refusal."""
+    target = f"models:/{plan.name}@{alias}"
+    if plan.action == "promote":
+        was = f" (was version {before})" if before and before != plan.version else ""
+        if before == plan.version:
+            was = " (it already was)"
+        return f"promotion: {target} -> version {plan.version}{was}: {plan.reason}"
+    held = f"stays on version {before}" if before else "is not set"
+    return f"promotion REFUSED: {target} {held}, not moved to version {plan.version}: {plan.reason}"
+
+
+def _registered(result: Any) -> dict[str, tuple[str, str]]:
+    """Candidate → (registered name, version) for the models that came from the registry."""
+    out = {}
+    for cand, outcome in result.outcomes.items():
+        info = outcome.info or {}
+        if info.get("info.name") is not None and info.get("info.version") is not None:
+            out[cand] = (str(info["info.name"]), str(info["info.version"]))
+    return out
+
+
+def promote_run(
+    alias: str | None,
+    tracking_uri: str,
+    parent_run: str,
+    result: Any,
+    pairs: Sequence[Any],
+    decisions: Mapping[str, Any],
+    *,
+    experiment: str,
+    headline: str | None = None,
+    confidence: float = 0.95,
+) -> int:
+    """Apply ``gate.promote`` after a run was logged: print one line per registered candidate,
+    return 0, or 3 when the registry could not be updated (one line on stderr)."""
+    if not alias:
+        return 0
+    registered = _registered(result)
+    plans = plan_promotions(decisions, registered, alias)
+    if not plans:
+        why = (
+            "no gate decision was taken"
+            if not decisions
+            else "no gated candidate is a registered model version (model=mlflow with "
+            "model.mlflow.uri=models:/NAME/VERSION)"
+        )
+        print(f"promotion: gate.promote={alias}: {why}; nothing promoted")
+        return 0
+    by_candidate = {p.candidate: p for p in pairs}
+    date = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    try:
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+        done: list[str] = []
+        for plan in plans:
+            try:
+                before = client.get_model_version_by_alias(plan.name, alias).version
+            except MlflowException:
+                before = None
+            if plan.action == "promote":
+                client.set_registered_model_alias(plan.name, alias, plan.version)
+            pair = by_candidate[plan.candidate]
+            base = result.outcomes.get(pair.baseline)
+            base_info = (base.info or {}) if base is not None else {}
+            outcome = result.outcomes[plan.candidate]
+            record = evaluation_record(
+                pair,
+                decisions[plan.candidate],
+                outcome.evaluation.per_user if outcome.evaluation is not None else None,
+                run_id=parent_run,
+                experiment=experiment,
+                headline=headline or pair.gsb_metric,
+                confidence=confidence,
+                baseline_uri=base_info.get("info.model_uri"),
+                alias=alias,
+                plan=plan,
+                date=date,
+            )
+            if plan.action == "promote":
+                moved = f"moved here (was version {before})" if before else "set here"
+                if before == plan.version:
+                    moved = "already here"
+            else:
+                moved = f"not moved (stays on version {before}): {plan.reason}"
+            tags = {
+                f"{EVAL_TAG}{parent_run}": json.dumps(record, ensure_ascii=False),
+                f"{LATEST_TAG}decision": plan.decision,
+                f"{LATEST_TAG}run": parent_run,
+                f"{LATEST_TAG}date": date,
+                f"{LATEST_TAG}baseline": str(record["baseline_uri"] or pair.baseline),
+                f"{LATEST_TAG}headline": headline_text(record),
+                f"{LATEST_TAG}promotion": f"@{alias}: {moved}"[:5000],
+            }
+            for key, value in tags.items():
+                client.set_model_version_tag(plan.name, plan.version, key, value)
+            client.update_model_version(
+                plan.name, plan.version, description=_description(record, moved)
+            )
+            done.append(
+                f"models:/{plan.name}/{plan.version} @{alias}: "
+                + ("promoted" if plan.action == "promote" else f"refused ({plan.decision})")
+            )
+            print(format_promotion(plan, alias, before))
+        client.set_tag(parent_run, "registry.promotion", "; ".join(done)[:5000])
+    except Exception as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(
+            f"error: registry promotion at {tracking_uri} failed ({type(err).__name__}: {message})",
+            file=sys.stderr,
+        )
+        return EXIT_REGISTRY_FAILED
+    return 0

@@ -1,0 +1,287 @@
+"""Registry promotion on GO and the history of a registered model, against a real `mlflow server`.
+
+Two versions of ``reco`` are registered through the pyfunc contract: v1 popularity and v2 item-kNN,
+both fitted on the training part of the split the harness evaluates on. v2 is evaluated against
+the champion (v1, by alias) with a gate it cannot pass (NO_GO: the alias stays, the refusal is
+printed), then with the default gate (GO: the alias moves to v2); the history lists both
+evaluations in order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from test_tracking import mlflow_server  # noqa: F401  (the real-server fixture)
+
+from harness.gate import GateDecision, RuleResult
+from harness.history import format_history, history_frame
+from harness.models import ItemKNN, PopularityModel
+from harness.promote import plan_promotions
+from harness.split import make_split
+from harness.synthetic import generate
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = {"n_users": 500, "n_items": 250, "n_events": 12000, "seed": 0}
+
+pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")
+
+
+# --------------------------------------------------------------------- pure planning rules
+
+
+def _decision(cand: str, decision: str, status: str = "pass") -> GateDecision:
+    nan = float("nan")
+    rule = RuleResult("primary", "ndcg@10", "all", status, 0.1, (nan, nan), 0.0, "lift +10%")
+    return GateDecision(cand, "base", decision, [rule])
+
+
+def test_plan_promotes_go_only_and_never_two_versions_at_once() -> None:
+    decisions = {
+        "v2": _decision("v2", "GO"),
+        "v3": _decision("v3", "NO_GO", "fail"),
+        "v4": _decision("v4", "INCONCLUSIVE", "inconclusive"),
+        "plain": _decision("plain", "GO"),  # not a registry model: nothing to promote
+    }
+    registered = {"v2": ("reco", "2"), "v3": ("reco", "3"), "v4": ("reco", "4")}
+    plans = {p.candidate: p for p in plan_promotions(decisions, registered, "champion")}
+    assert set(plans) == {"v2", "v3", "v4"}
+    assert plans["v2"].action == "promote"
+    assert plans["v3"].action == "refuse"
+    assert plans["v3"].reason == "NO_GO against base: primary ndcg@10 (all): fail — lift +10%"
+    assert plans["v4"].action == "refuse" and "inconclusive" in plans["v4"].reason
+
+    both = {"a": _decision("a", "GO"), "b": _decision("b", "GO")}
+    plans = plan_promotions(both, {"a": ("reco", "5"), "b": ("reco", "6")}, "champion")
+    assert [p.action for p in plans] == ["refuse", "refuse"]
+    assert "b (another version of reco) is GO too" in plans[0].reason
+
+
+def test_history_frame_orders_versions_then_dates() -> None:
+    def rec(run: str, date: str, decision: str, value: float) -> str:
+        return json.dumps(
+            {
+                "date": date,
+                "run": run,
+                "decision": decision,
+                "baseline": "champion",
+                "headline": "ndcg@10",
+                "metrics": {"ndcg@10": {"value": value, "ci": [value - 0.01, value + 0.01]}},
+                "action": "refused",
+                "alias": "champion",
+            }
+        )
+
+    versions = [
+        {"version": "10", "created": 0, "aliases": [], "tags": {}},
+        {
+            "version": "2",
+            "created": 0,
+            "aliases": ["champion"],
+            "tags": {
+                "harness.eval.r2": rec("r2", "2026-01-02 00:00:00 UTC", "GO", 0.3),
+                "harness.eval.r1": rec("r1", "2026-01-01 00:00:00 UTC", "NO_GO", 0.3),
+                "harness.latest.decision": "GO",
+                "harness.eval.junk": "not json",
+            },
+        },
+    ]
+    frame = history_frame(versions)
+    assert list(frame["version"]) == [2, 2, 10]  # numeric order, not "10" < "2"
+    assert list(frame["run"]) == ["r1", "r2", ""]
+    assert list(frame["decision"]) == ["NO_GO", "GO", "-"]
+    assert frame["ci_low"].iloc[0] == pytest.approx(0.29)
+    text = format_history(frame, "reco")
+    assert "2 @champion" in text and "not evaluated" in text
+
+
+# ------------------------------------------------------------------ against a real server
+
+
+def _register(url: str, name: str, model: object, alias: str | None) -> str:
+    """Log ``model`` (fitted) as a pyfunc following the harness contract; return its version."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from register_model import RecommenderPyfunc
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    mlflow.set_tracking_uri(url)
+    mlflow.set_registry_uri(url)
+    client = MlflowClient(tracking_uri=url, registry_uri=url)
+    exp = client.get_experiment_by_name("registry") or client.get_experiment(
+        client.create_experiment("registry")
+    )
+    with mlflow.start_run(experiment_id=exp.experiment_id), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=RecommenderPyfunc(model),
+            registered_model_name=name,
+            code_paths=[str(ROOT / "examples" / "register_model.py")],
+            pip_requirements=["mlflow", "numpy", "pandas"],
+        )
+    version = str(info.registered_model_version)
+    if alias:
+        client.set_registered_model_alias(name, alias, version)
+    return version
+
+
+def _evaluate(url: str, work: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """The harness on the same data: v2 (models:/reco/2) against the champion alias."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            *(f"dataset.{k}={v}" for k, v in DATA.items()),
+            "progress=false",
+            "model=[mlflow]",
+            "model.mlflow.uri=models:/reco/2",
+            "+model.champion._target_=harness.models.MLflowModel",
+            "+model.champion.uri=models:/reco@champion",
+            f"+model.champion.tracking_uri={url}",
+            "compare.baseline=champion",
+            "compare.n_resamples=300",
+            "tracking=server",
+            f"tracking.uri={url}",
+            "gate.promote=champion",
+            *overrides,
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={**os.environ, "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"},
+    )
+
+
+def _history(url: str, work: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.history", *args, "--tracking-uri", url],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _parent(stdout: str) -> str:
+    return re.search(r"parent run ([0-9a-f]{32})", stdout).group(1)
+
+
+@pytest.mark.slow
+def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
+    mlflow_server: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from mlflow import MlflowClient
+
+    url = mlflow_server
+    work = tmp_path / "work"
+    work.mkdir()
+    frame = generate(**DATA)
+    params = yaml.safe_load((ROOT / "harness/configs/split/global_time.yaml").read_text())
+    split = make_split(frame, params.pop("method"), **params)
+    assert _register(url, "reco", PopularityModel().fit(split.train), "champion") == "1"
+    assert _register(url, "reco", ItemKNN().fit(split.train), None) == "2"
+    client = MlflowClient(tracking_uri=url, registry_uri=url)
+
+    # 1. a gate v2 cannot pass (a +500% lift required): NO_GO, the alias stays on v1
+    refused = _evaluate(url, work, "gate.primary.min_lift=5.0")
+    assert refused.returncode == 0, refused.stderr[-3000:]
+    assert "gate: NO_GO" in refused.stdout
+    line = next(x for x in refused.stdout.splitlines() if x.startswith("promotion REFUSED"))
+    assert line.startswith(
+        "promotion REFUSED: models:/reco@champion stays on version 1, not moved to version 2: "
+        "NO_GO against champion: primary ndcg@10 (all): fail"
+    )
+    assert client.get_model_version_by_alias("reco", "champion").version == "1"
+    first_run = _parent(refused.stdout)
+    mv = client.get_model_version("reco", "2")
+    assert mv.tags["harness.latest.decision"] == "NO_GO"
+    assert mv.tags["harness.latest.run"] == first_run
+    assert "not moved" in mv.tags["harness.latest.promotion"]
+    assert "NO_GO" in mv.description and first_run in mv.description
+    assert client.get_run(first_run).data.tags["registry.promotion"] == (
+        "models:/reco/2 @champion: refused (NO_GO)"
+    )
+
+    # 2. the default gate: GO, the alias moves to v2
+    promoted = _evaluate(url, work)
+    assert promoted.returncode == 0, promoted.stderr[-3000:]
+    assert "gate: GO" in promoted.stdout
+    assert "promotion: models:/reco@champion -> version 2 (was version 1)" in promoted.stdout
+    assert client.get_model_version_by_alias("reco", "champion").version == "2"
+    second_run = _parent(promoted.stdout)
+    mv = client.get_model_version("reco", "2")
+    assert mv.tags["harness.latest.decision"] == "GO"
+    assert mv.tags["harness.latest.run"] == second_run
+    assert mv.tags["harness.latest.promotion"] == "@champion: moved here (was version 1)"
+    assert mv.description.startswith("**Offline evaluation ") and ": GO** against" in mv.description
+    assert "models:/reco@champion" in mv.description  # the baseline, as it was resolved
+
+    # the registry record carries the numbers the run logged on the candidate's child run
+    record = json.loads(mv.tags[f"harness.eval.{second_run}"])
+    assert record["decision"] == "GO" and record["run"] == second_run
+    assert [r.split(":")[0] for r in record["rules"]] == [
+        "primary ndcg@10 (all)",
+        "guardrail coverage@10 (all)",
+        "guardrail recall@10 (cold)",
+        "gsb ndcg@10 (all)",
+    ]
+    assert all(r.split(": ")[1].startswith("pass") for r in record["rules"])
+    child = next(
+        r
+        for r in client.search_runs(
+            [client.get_run(second_run).info.experiment_id],
+            filter_string=f"tags.`mlflow.parentRunId` = '{second_run}'",
+        )
+        if r.info.run_name == "mlflow"
+    )
+    logged = child.data.metrics
+    ndcg = record["metrics"]["ndcg@10"]
+    assert ndcg["value"] == pytest.approx(logged["ndcg_at_10"], rel=1e-12)
+    for stat, key in (("lift", "lift"), ("baseline", "mean_a")):
+        got = [v for k, v in logged.items() if k.startswith("compare.all.ndcg") and k.endswith(key)]
+        assert got and ndcg[stat] == pytest.approx(got[0], rel=1e-12), (stat, got)
+    # the CI of the value: mean ± z·sd/√n over the candidate's per-user values
+    per_user = pd.read_parquet(
+        client.download_artifacts(child.info.run_id, "per_user.parquet", str(tmp_path))
+    )["ndcg@10"].dropna()
+    half = 1.959963984540054 * per_user.std(ddof=1) / np.sqrt(len(per_user))
+    assert ndcg["ci"] == pytest.approx([per_user.mean() - half, per_user.mean() + half], rel=1e-9)
+
+    # 3. the history: v1 (never a candidate), then v2's two evaluations in order
+    hist = _history(url, work, "reco", "--plot", str(tmp_path / "history.png"))
+    assert hist.returncode == 0, hist.stderr
+    rows = [x for x in hist.stdout.splitlines()[2:] if x.strip()]
+    assert len(rows) == 3, hist.stdout
+    assert rows[0].split()[0] == "1" and "not evaluated" in rows[0]
+    assert rows[1].split()[:2] == ["2", "@champion"] and "NO_GO" in rows[1]
+    assert rows[1].rstrip().endswith(first_run) and "refused @champion" in rows[1]
+    assert "GO" in rows[2].split() and rows[2].rstrip().endswith(second_run)
+    assert f"ndcg@10 {ndcg['value']:.4f}" in rows[2]
+    png = (tmp_path / "history.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+    recall = _history(url, work, "reco", "--metric", "recall@10")
+    assert recall.returncode == 0 and "recall@10 0." in recall.stdout
+    unknown = _history(url, work, "no-such-model")
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip().splitlines() == [
+        f"error: no registered model 'no-such-model' at {url}"
+    ]
+    bad_metric = _history(url, work, "reco", "--metric", "nope@3")
+    assert bad_metric.returncode == 2 and len(bad_metric.stderr.strip().splitlines()) == 1
