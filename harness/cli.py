@@ -29,12 +29,14 @@ import metrics
 from harness import folders
 from harness.candidates import SAMPLED_WARNING, CandidateSpec, build_candidates
 from harness.compare import CompareSpec, PairComparison, compare_models
+from harness.compare.sizing import format_sizing, sizing_notes, sizing_of
 from harness.datasets import load_dataset
 from harness.errors import DataError
 from harness.experiment import Evaluator, ExperimentResult, MetricSuite, run_models
 from harness.folders import allocate, checkpoint, is_complete, mark_complete, run_info
 from harness.gate import EXIT_CODES, GateDecision, GateSpec, decide, worst
 from harness.models import Recommender, without_search_space
+from harness.promote import promote_run
 from harness.record import plan, replay, save_plan
 from harness.report import ReportContext, write_report
 from harness.split import check_usable, load_or_make_split, split_cache_key
@@ -242,6 +244,8 @@ def run(cfg: DictConfig) -> int:
     result.candidates = cand_stats
     print(format_summary(result))
     pairs, decisions, overall, notes = _verdicts(result, cspec, gspec)
+    sizing = sizing_of(result, pairs, decisions, cspec, gspec)  # online A/B test sizing
+    notes = notes + sizing_notes(sizing, cspec)
     checkpoint("report", folder)
     report = write_report(
         ReportContext.of(
@@ -257,6 +261,8 @@ def run(cfg: DictConfig) -> int:
     )
     print()
     print(format_verdicts(pairs, decisions, overall) or "\n".join(notes))
+    if not sizing.empty:
+        print(format_sizing(sizing, cspec))
     the_plan = plan(  # what MLflow gets, saved so `python -m harness.log` can log it later
         result,
         run_name=f"{dataset.name}-{split.name}-{stamp}",
@@ -296,6 +302,20 @@ def run(cfg: DictConfig) -> int:
         print(f"MLflow: {cfg.tracking.uri} experiment {cfg.name!r}, parent run {ids['parent']}")
         if str(cfg.tracking.uri).startswith("sqlite:///"):
             print(f"  open with: mlflow ui --backend-store-uri {cfg.tracking.uri}")
+        code = max(  # gate.promote: move a registry alias on GO, record the decision
+            code,
+            promote_run(
+                gspec.promote,
+                str(cfg.tracking.uri),
+                ids["parent"],
+                result,
+                pairs,
+                decisions,
+                experiment=str(cfg.name),
+                headline=(gspec.primary or {}).get("metric"),
+                confidence=cspec.confidence,
+            ),
+        )
     if code == 0 and gspec.enforce and overall is not None:
         code = EXIT_CODES[overall]
     return code
