@@ -219,7 +219,7 @@ def run(cfg: DictConfig) -> int:
     method = split_params.pop("method")
     checkpoint("split")
     split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
-    check_usable(split)  # empty train or test: a data error (exit 2) before any model runs
+    check_usable(split, dataset.frame)  # empty train/test: data error, exit 2, before any fit
     key = split_cache_key(dataset.frame, method, split_params)
     folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
     _active["folder"] = folder

@@ -564,46 +564,50 @@ def _unseen(
     return part, stats
 
 
-def check_usable(split: Split) -> Split:
+def check_usable(split: Split, frame: pd.DataFrame | None = None) -> Split:
     """Return ``split`` unchanged, or raise DataError (one line) when its train or test part is
-    empty: nothing could be fitted or evaluated, so it is the data's fault, not a model's."""
+    empty: nothing could be fitted or evaluated, so it is the data's fault, not a model's.
+
+    ``frame`` (the split's input) only sharpens the message with the data's time range.
+    """
     s = split.stats
     name = f"split {split.name}"
-    if s.get("n_test_events", 1) == 0:
-        if s.get("test_dropped_events", 0):
-            raise DataError(
-                f"{name}: all {s['test_dropped_events']} test events are of users or items unseen"
-                " in training and were dropped (split.unseen=drop); nothing is left to evaluate"
-            )
-        last = max(t for t in (s.get("train_time_max"), s.get("valid_time_max")) if t is not None)
-        if s.get("cut_iso") is not None:
-            raise DataError(
-                f"{name}: split.cut {s['cut_iso']} is after the last event ({_iso(last)}); "
-                f"the test set is empty"
-            )
-        raise DataError(
-            f"{name} leaves the test set empty ({s['n_input_events']} events, "
-            f"{s['n_input_users']} users)"
-        )
+    ts = None if frame is None or len(frame) == 0 else frame[TIMESTAMP].to_numpy()
+    first = int(ts.min()) if ts is not None else s.get("train_time_min")
+    last = int(ts.max()) if ts is not None else s.get("train_time_max")
     if s.get("n_train_events", 1) == 0:
+        if ts is not None and first == last:
+            raise DataError(
+                f"{name}: every event is at one timestamp ({_iso(first)}), so no event is "
+                f"before the test ones; the training set is empty"
+            )
         if s.get("train_filtered_events", 0):
             raise DataError(
                 f"{name}: the training filters (min_user_interactions, min_item_interactions, "
                 f"kcore) removed all {s['train_filtered_events']} training events"
             )
-        first, last = s.get("test_time_min"), s.get("test_time_max")
-        if first is not None and first == last and s.get("valid_time_min") is None:
+        if s.get("cut_iso") is not None and first is not None:
             raise DataError(
-                f"{name}: every event is at one timestamp ({_iso(first)}), so no event is "
-                f"before the test ones; the training set is empty"
-            )
-        if s.get("cut_iso") is not None:
-            raise DataError(
-                f"{name}: split.cut {s['cut_iso']} is at or before the first event "
-                f"({_iso(first)}); the training set is empty"
+                f"{name}: split.cut={split.params.get('cut')!r} ({s['cut_iso']}) is at or "
+                f"before the first event ({_iso(first)}); the training set is empty"
             )
         raise DataError(
             f"{name} leaves the training set empty ({s['n_input_events']} events, "
+            f"{s['n_input_users']} users)"
+        )
+    if s.get("n_test_events", 1) == 0:
+        if s.get("cut") is not None and last is not None and s["cut"] > last:
+            raise DataError(
+                f"{name}: split.cut={split.params.get('cut')!r} ({s['cut_iso']}) is after the "
+                f"last event ({_iso(last)}); the test set is empty"
+            )
+        if s.get("test_dropped_events", 0):
+            raise DataError(
+                f"{name}: all {s['test_dropped_events']} test events are of users or items unseen"
+                " in training and were dropped (split.unseen=drop); nothing is left to evaluate"
+            )
+        raise DataError(
+            f"{name} leaves the test set empty ({s['n_input_events']} events, "
             f"{s['n_input_users']} users)"
         )
     return split
