@@ -8,11 +8,17 @@ judge them by binary search into the sorted truth.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from metrics.judged import Judged, gain_of
 from metrics.options import Options
@@ -83,43 +89,217 @@ def validate_run(run: pd.DataFrame) -> np.ndarray:
     return score
 
 
-def _ids(series: pd.Series) -> np.ndarray:
-    """Ids as a numpy array: int64 for integer ids, else Python objects compared as strings."""
+def _is_int(series: pd.Series) -> bool:
+    """True for integer id columns; False for string-like ones; ValueError for bools and floats."""
     if pd.api.types.is_integer_dtype(series.dtype):
-        return series.to_numpy(dtype=np.int64)
+        return True
     if pd.api.types.is_bool_dtype(series.dtype) or pd.api.types.is_float_dtype(series.dtype):
         raise ValueError(
             f"ids in column {series.name!r} must be integers or strings (got dtype {series.dtype})"
         )
-    return series.astype(str).to_numpy(dtype=object)
+    return False
 
 
-def _same_kind(a: np.ndarray, b: np.ndarray, column: str) -> None:
-    if (a.dtype == object) != (b.dtype == object):
+def _same_kind(q: pd.Series, r: pd.Series, column: str) -> bool:
+    """Whether both tables hold integer ids in ``column``; ValueError when they differ."""
+    q_int, r_int = _is_int(q), _is_int(r)
+    if q_int != r_int:
         raise ValueError(
             f"column {column!r} holds integers in one table and strings in the other "
-            f"(qrels {a.dtype}, run {b.dtype}); convert both to the same type"
+            f"(qrels {q.dtype}, run {r.dtype}); convert both to the same type"
         )
+    return q_int
 
 
-def _group_rows(users: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """Group run rows by user: (row order or None if already grouped, group starts, group ids)."""
-    change = np.flatnonzero(users[1:] != users[:-1]) + 1
-    starts = np.concatenate(([0], change))
-    firsts = users[starts]
+def _arrow_strings(series: pd.Series) -> pa.ChunkedArray | None:
+    """The column's Arrow string data when it is Arrow-backed (pandas 3 ``str``), else None."""
+    dtype = series.dtype
+    arrow = (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow") or (
+        isinstance(dtype, pd.ArrowDtype)
+        and (
+            pa.types.is_string(dtype.pyarrow_dtype) or pa.types.is_large_string(dtype.pyarrow_dtype)
+        )
+    )
+    if not arrow:
+        return None
+    data = series.array.__arrow_array__()  # zero-copy
+    return data if isinstance(data, pa.ChunkedArray) else pa.chunked_array([data])
+
+
+def _as_strings(values: object) -> pa.Array:
+    """A few distinct ids as an Arrow ``large_string`` array (ids other than str via ``str``)."""
+    text = pd.Index(values).astype(str)
+    return pa.array(np.asarray(text, dtype=object), type=pa.large_string())
+
+
+#: Arrow id columns are dictionary-encoded in pieces of at least this many rows, on threads.
+PIECE_ROWS = 1 << 20
+
+
+def workers(rows: int) -> int:
+    """Threads worth using for ``rows`` rows of string ids (1: encode on the calling thread)."""
+    return max(1, min(os.cpu_count() or 1, 4, rows // PIECE_ROWS))
+
+
+def _map(pool: Executor | None, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``fn`` over ``items``, on ``pool`` when there is one and more than one item."""
+    if pool is None or len(items) < 2:
+        return [fn(x) for x in items]
+    return list(pool.map(fn, items))
+
+
+@dataclass
+class _Coded:
+    """String-like ids in pieces of rows: ``values[i][codes[i]]`` are the ids of piece ``i``."""
+
+    codes: list[np.ndarray]
+    values: list[pa.Array]  # large_string, one per piece; may repeat across pieces
+
+    @property
+    def rows(self) -> int:
+        """Number of rows over all pieces."""
+        return sum(len(c) for c in self.codes)
+
+
+def _encode(piece: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """Dictionary-encode one Arrow piece: (int32 codes, its distinct values)."""
+    enc = piece.dictionary_encode()
+    return enc.indices.to_numpy(), enc.dictionary.cast(pa.large_string())
+
+
+def _codes(series: pd.Series, pool: Executor | None) -> _Coded:
+    """Int codes of a string-like id column, without turning it into Python objects.
+
+    Arrow-backed columns are dictionary-encoded in Arrow (in pieces on ``pool``), categoricals
+    give their codes; other columns (object, python strings) are factorized by pandas.
+    """
+    data = _arrow_strings(series)
+    if data is not None:
+        size = max(PIECE_ROWS, -(-len(data) // workers(len(data))))
+        pieces = [c.slice(lo, size) for c in data.chunks for lo in range(0, len(c), size)]
+        parts = _map(pool, _encode, pieces or [pa.array([], pa.large_string())])
+        return _Coded([c for c, _ in parts], [v for _, v in parts])
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        return _Coded([series.cat.codes.to_numpy()], [_as_strings(series.cat.categories)])
+    codes, uniques = pd.factorize(series)
+    return _Coded([codes], [_as_strings(uniques)])
+
+
+def _link(coded: list[_Coded], pool: Executor | None) -> tuple[list[np.ndarray], pa.Array]:
+    """One int64 key per row of each coded column, and the sorted distinct ids the keys index.
+
+    Keys are ranks in string order (UTF-8 bytes, i.e. code points, as Python compares str), so
+    ordering keys orders ids. Only the distinct values are sorted, never the rows.
+    """
+    values = [v for c in coded for v in c.values]
+    enc = pa.concat_arrays(values).dictionary_encode()
+    order = pc.sort_indices(enc.dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    maps = iter(np.split(rank[enc.indices.to_numpy()], np.cumsum([len(v) for v in values])[:-1]))
+    keys, jobs = [], []
+    for c in coded:
+        out, lo = np.empty(c.rows, dtype=np.int64), 0
+        for codes in c.codes:
+            jobs.append((next(maps), codes, out[lo : lo + len(codes)]))
+            lo += len(codes)
+        keys.append(out)
+    _map(pool, lambda job: np.take(job[0], job[1], out=job[2]), jobs)
+    return keys, enc.dictionary.take(pa.array(order))
+
+
+def _runs(values: np.ndarray) -> np.ndarray:
+    """Start of each run of equal neighbours in an int array."""
+    return np.concatenate(([0], np.flatnonzero(values[1:] != values[:-1]) + 1))
+
+
+def _group_codes(codes: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Group rows by int code: (row order or None if already grouped, group starts, group codes)."""
+    starts = _runs(codes)
+    firsts = codes[starts]
     if len(pd.unique(firsts)) == len(firsts):
-        return None, np.append(starts, len(users)), firsts
-    codes, uniques = pd.factorize(users)
-    order = np.argsort(codes, kind="stable")
-    counts = np.bincount(codes, minlength=len(uniques))
+        return None, np.append(starts, len(codes)), firsts
+    local, uniques = pd.factorize(codes)
+    order = np.argsort(local, kind="stable")
+    counts = np.bincount(local, minlength=len(uniques))
     return order, np.concatenate(([0], np.cumsum(counts))), np.asarray(uniques)
+
+
+def _group_rows(
+    series: pd.Series, pool: Executor | None
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | _Coded]:
+    """Group run rows by user: (row order or None if already grouped, group starts, group ids).
+
+    Group ids are int64 for integer ids, else coded strings. A grouped Arrow column costs one
+    comparison of neighbours; only each group's first id is encoded.
+    """
+    if _is_int(series):
+        return _group_codes(series.to_numpy(dtype=np.int64))
+    data = _arrow_strings(series)
+    if data is not None and len(data) > 1:
+        change = pc.not_equal(data.slice(1), data.slice(0, len(data) - 1))
+        starts = np.concatenate(([0], np.flatnonzero(change.to_numpy()) + 1))
+        firsts = data.take(pa.array(starts)).combine_chunks().cast(pa.large_string())
+        if pc.count_distinct(firsts).as_py() == len(firsts):
+            return None, np.append(starts, len(data)), _Coded([np.arange(len(starts))], [firsts])
+    (keys,), distinct = _link([_codes(series, pool)], pool)
+    order, group_start, group_keys = _group_codes(keys)
+    return order, group_start, _Coded([group_keys], [distinct])
 
 
 def _unique(ids: np.ndarray) -> np.ndarray:
     """Distinct ids; a linear scan when integer ids arrive sorted (truth tables usually do)."""
-    if ids.dtype != object and len(ids) and (ids[1:] >= ids[:-1]).all():
-        return ids[np.concatenate(([0], np.flatnonzero(ids[1:] != ids[:-1]) + 1))]
+    if len(ids) and (ids[1:] >= ids[:-1]).all():
+        return ids[_runs(ids)]
     return pd.unique(ids)
+
+
+def _user_keys(
+    q_user: pd.Series, group: np.ndarray | _Coded, pool: Executor | None
+) -> tuple[np.ndarray, np.ndarray, pd.api.extensions.ExtensionArray | None]:
+    """Int keys of truth rows and run groups, ordered as the users are, and their decoding.
+
+    Integer ids are their own keys (decoding None); string ids get their rank among all users.
+    """
+    if isinstance(group, np.ndarray):
+        return q_user.to_numpy(dtype=np.int64), group, None
+    (q_keys, group_keys), distinct = _link([_codes(q_user, pool), group], pool)
+    return q_keys, group_keys, pd.array(distinct, dtype="str")
+
+
+def _item_keys(
+    q_item: pd.Series,
+    r_item: pd.Series,
+    is_int: bool,
+    id_order: str,
+    n_truth: int,
+    pool: Executor | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int]:
+    """Item keys of truth and run rows: (truth keys, run keys, decoding or None, offset, span).
+
+    Keys are ordered as the ids compare under ``id_order``, so tie rules work on keys alone.
+    Integer ids shifted to start at 0 are their own keys when ordered numerically and not spread
+    too wide to combine with a user index; otherwise keys are ranks of the distinct ids.
+    """
+    if is_int:
+        q, r = q_item.to_numpy(dtype=np.int64), r_item.to_numpy(dtype=np.int64)
+        offset = int(min(q.min(), r.min()))
+        span = int(max(q.max(), r.max())) - offset + 1
+        wide = max(abs(offset), abs(offset + span)) >= PAD_KEY
+        if id_order == "natural" and not wide and span * max(n_truth, 1) < PAD_KEY:
+            return q, r, None, offset, span
+        codes, values = pd.factorize(np.concatenate([q, r]))
+        values = np.asarray(values)
+        # "string": compared as their decimal strings, the way trec_eval compares docnos
+        by = values if id_order == "natural" else values.astype(str)
+        order = np.argsort(by, kind="stable")
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order), dtype=np.int64)
+        keys = rank[codes]
+        return keys[: len(q)], keys[len(q) :], values[order], 0, len(values)
+    (q_keys, r_keys), distinct = _link([_codes(q_item, pool), _codes(r_item, pool)], pool)
+    values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)
+    return q_keys, r_keys, values, 0, len(values)
 
 
 def _duplicates(key: np.ndarray) -> np.ndarray:
@@ -156,28 +336,18 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
     """Validate, encode and index both tables once."""
     rel = validate_qrels(qrels)
     score = validate_run(run)
-    q_user, r_user = _ids(qrels["user"]), _ids(run["user"])
-    q_item, r_item = _ids(qrels["item"]), _ids(run["item"])
-    _same_kind(q_user, r_user, "user")
-    _same_kind(q_item, r_item, "item")
+    _same_kind(qrels["user"], run["user"], "user")
+    items_int = _same_kind(qrels["item"], run["item"], "item")
 
-    # Items: int ids shifted to start at 0 are their own keys (order = numeric order); other ids,
-    # or int ids spread too wide to combine with a user index, get sorted dense codes.
-    item_values: np.ndarray | None = None
-    offset = 0
-    if q_item.dtype != object:
-        offset = int(min(q_item.min(), r_item.min()))
-        span = int(max(q_item.max(), r_item.max())) - offset + 1
-        wide = max(abs(offset), abs(offset + span)) >= PAD_KEY
-    if q_item.dtype == object or wide or span * max(len(q_user), 1) >= PAD_KEY:
-        codes, values = pd.factorize(np.concatenate([q_item, r_item]), sort=True)
-        q_item, r_item = (
-            codes[: len(q_item)].astype(np.int64),
-            codes[len(q_item) :].astype(np.int64),
+    # Every id becomes an int key ordered as the ids are (string ids: their rank among the
+    # distinct ids, computed without turning the column into Python objects).
+    n = workers(len(run))
+    with ThreadPoolExecutor(n) if n > 1 else nullcontext() as pool:
+        order, group_start, group = _group_rows(run["user"], pool)
+        q_user, group_ids, user_values = _user_keys(qrels["user"], group, pool)
+        q_item, r_item, item_values, offset, span = _item_keys(
+            qrels["item"], run["item"], items_int, options.id_order, len(q_user), pool
         )
-        item_values, offset, span = np.asarray(values), 0, len(values)
-
-    order, group_start, group_ids = _group_rows(r_user)
     if order is not None:
         r_item, score = r_item[order], score[order]
 
@@ -189,6 +359,8 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
     index = pd.Index(users)
     group_user = index.get_indexer(group_ids).astype(np.int64)
     q_code = index.get_indexer(q_user).astype(np.int64)
+    if user_values is not None:
+        users = user_values[users]
 
     truth_items = q_item  # every truth item, evaluated users or not (catalog size)
     keep = q_code >= 0

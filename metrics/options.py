@@ -12,6 +12,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ap_denominator": ("min_k_relevant", "relevant", "hits"),
     "gain": ("exponential", "linear"),
     "tie_break": ("item_asc", "item_desc", "input_order"),
+    "id_order": ("natural", "string"),
     "user_set": ("truth", "intersection"),
     "empty_users": ("skip", "zero"),
     "average": ("macro", "micro"),
@@ -25,6 +26,7 @@ class Options:
     ap_denominator: str = "min_k_relevant"
     gain: str = "exponential"
     tie_break: str = "item_asc"
+    id_order: str = "natural"
     user_set: str = "truth"
     empty_users: str = "skip"
     average: str = "macro"
@@ -56,6 +58,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ap_denominator": "relevant",
         "gain": "linear",
         "tie_break": "item_desc",
+        "id_order": "string",  # trec_eval compares docnos with strcmp, also when they are numbers
         "user_set": "intersection",
         "empty_users": "zero",
         "average": "macro",
