@@ -196,3 +196,264 @@ def test_parquet_null_id_names_file_and_column(tmp_path: Path) -> None:
     frame.to_parquet(path)
     with pytest.raises(DataError, match=r"nulls\.parquet: column 'user' has 1 null id\(s\).*row 1"):
         load_interactions(path)
+
+
+# ------------------------------------------------------- timestamps: one format per column
+
+
+def test_day_first_dates_are_read_one_way_for_the_whole_column(tmp_path: Path) -> None:
+    # issue 14: format="mixed" read 05/07 as 7 May and 13/07 as 13 July in the same file
+    path = write(tmp_path, "user,item,timestamp\n1,1,05/07/2023 10:00\n1,2,13/07/2023 10:00\n")
+    df = load_interactions(path)
+    assert df["timestamp"].tolist() == [epoch(2023, 7, 5, 10), epoch(2023, 7, 13, 10)]
+
+
+def test_month_first_dates_are_inferred(tmp_path: Path) -> None:
+    text = "user,item,timestamp\n1,1,07/13/2023 10:00:05\n1,2,02/01/2023 00:00:00\n"
+    path = write(tmp_path, text)
+    assert load_interactions(path)["timestamp"].tolist() == [
+        epoch(2023, 7, 13, 10, 0, 5),
+        epoch(2023, 2, 1),
+    ]
+
+
+def test_ambiguous_dates_ask_for_the_format(tmp_path: Path) -> None:
+    path = write(tmp_path, "user,item,timestamp\n1,1,05/07/2023 10:00\n1,2,06/07/2023\n", "a.csv")
+    with pytest.raises(DataError, match=r"a\.csv: column 'timestamp' has 1 timestamp"):
+        load_interactions(path)  # two layouts in one column (with and without a time)
+    path = write(tmp_path, "user,item,timestamp\n1,1,05/07/2023 10:00\n1,2,06/07/2023 10:00\n")
+    with pytest.raises(DataError) as info:
+        load_interactions(path)
+    message = str(info.value)
+    assert "ambiguous" in message and "dataset.timestamp_format" in message
+    assert "'%d/%m/%Y %H:%M'" in message and "'%m/%d/%Y %H:%M'" in message
+    assert "'05/07/2023 10:00'" in message and "\n" not in message
+    month_first = load_interactions(path, timestamp_format="%m/%d/%Y %H:%M")
+    assert month_first["timestamp"].tolist() == [epoch(2023, 5, 7, 10), epoch(2023, 6, 7, 10)]
+    day_first = load_interactions(path, timestamp_format="%d/%m/%Y %H:%M")
+    assert day_first["timestamp"].tolist() == [epoch(2023, 7, 5, 10), epoch(2023, 7, 6, 10)]
+
+
+def test_same_day_and_month_is_not_ambiguous(tmp_path: Path) -> None:
+    path = write(tmp_path, "user,item,timestamp\n1,1,03/03/2023\n1,2,04/04/2023\n")
+    assert load_interactions(path)["timestamp"].tolist() == [epoch(2023, 3, 3), epoch(2023, 4, 4)]
+
+
+@pytest.mark.parametrize(
+    ("rows", "row", "value"),
+    [
+        # day-first fits rows 0 and 2; row 1 only month-first
+        (["05/07/2023 10:00", "07/13/2023 10:00", "13/07/2023 10:00"], 1, "'07/13/2023 10:00'"),
+        (["1700000000", "2023-01-01", "1700000100"], 1, "'2023-01-01'"),  # epoch and a date
+        (["2023-01-01", "2023-01-02", "01/03/2023"], 2, "'01/03/2023'"),  # ISO and a slash date
+    ],
+)
+def test_a_row_off_the_column_format_names_file_row_and_value(
+    tmp_path: Path, rows: list[str], row: int, value: str
+) -> None:
+    text = "user,item,timestamp\n" + "".join(f"1,{i},{v}\n" for i, v in enumerate(rows))
+    with pytest.raises(DataError) as info:
+        load_interactions(write(tmp_path, text, "mixed_ts.csv"))
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'mixed_ts.csv'}: column 'timestamp' has 1 ")
+    assert f"{value} at row {row}" in message
+    assert "one format per column" in message and "\n" not in message
+
+
+def test_epoch_milliseconds_are_inferred_and_units_can_be_given(tmp_path: Path) -> None:
+    path = write(tmp_path, "user,item,timestamp\n1,1,1700000000123\n1,2,1700000001999\n")
+    assert load_interactions(path)["timestamp"].tolist() == [1_700_000_000, 1_700_000_001]
+    assert load_interactions(path, timestamp_format="epoch_ms")["timestamp"].tolist() == [
+        1_700_000_000,
+        1_700_000_001,
+    ]
+    micro = write(tmp_path, "user,item,timestamp\n1,1,1700000000123456\n", "micro.csv")
+    with pytest.raises(DataError, match=r"micro\.csv.*'1700000000123456' at row 0.*epoch_us"):
+        load_interactions(micro)
+    assert load_interactions(micro, timestamp_format="epoch_us")["timestamp"].tolist() == [
+        1_700_000_000
+    ]
+    mixed = write(tmp_path, "user,item,timestamp\n1,1,1700000000\n1,2,1700000000500\n", "mix.csv")
+    with pytest.raises(DataError, match=r"mix\.csv: column 'timestamp' mixes epoch magnitudes"):
+        load_interactions(mixed)
+    # the same numbers in a Parquet integer column follow the same rule
+    frame = pd.DataFrame({"user": [1, 1], "item": [1, 2], "timestamp": [1_700_000_000_123, 5_000]})
+    frame.to_parquet(tmp_path / "ms.parquet")
+    with pytest.raises(DataError, match=r"ms\.parquet: column 'timestamp' mixes epoch"):
+        load_interactions(tmp_path / "ms.parquet")
+
+
+def test_strftime_format_from_config_and_unknown_format(tmp_path: Path) -> None:
+    path = write(tmp_path, "user,item,timestamp\n1,1,20230105\n1,2,20231231\n")
+    # digits alone are epoch seconds; a format reads them as dates
+    assert load_interactions(path)["timestamp"].tolist() == [20_230_105, 20_231_231]
+    assert load_interactions(path, timestamp_format="%Y%m%d")["timestamp"].tolist() == [
+        epoch(2023, 1, 5),
+        epoch(2023, 12, 31),
+    ]
+    with pytest.raises(DataError, match=r"'20231231' at row 1"):
+        load_interactions(path, timestamp_format="%Y%d%m")
+    with pytest.raises(DataError, match=r"unknown timestamp_format 'mixed'"):
+        load_interactions(path, timestamp_format="mixed")
+
+
+# --------------------------------------------------------------- ids: one type per column
+
+
+def test_object_column_mixing_int_and_str_ids_is_refused() -> None:
+    # issue 14: 1 and '1' were merged into one user
+    frame = pd.DataFrame(
+        {"user": pd.Series([1, "1"], dtype=object), "item": [1, 2], "timestamp": [1, 2]}
+    )
+    with pytest.raises(DataError) as info:
+        validate_interactions(frame, source="memory")
+    message = str(info.value)
+    assert message.startswith("memory: column 'user' mixes id types")
+    assert "1 (int) at row 0" in message and "'1' (str) at row 1" in message
+
+
+def test_csv_and_parquet_of_the_same_data_give_the_same_frame(tmp_path: Path) -> None:
+    # issue 14: a 19-digit id turned the CSV column into strings but stayed int64 in Parquet
+    frame = pd.DataFrame(
+        {
+            "user": np.array([1_234_567_890_123_456_789, 2, np.iinfo(np.int64).max], np.int64),
+            "item": [10.0, 20.0, 30.0],  # integral floats: written "10.0" in the CSV
+            "timestamp": [1, 2, 3],
+            "rating": [1.0, 2.5, 3.0],
+        }
+    )
+    frame.to_csv(tmp_path / "same.csv", index=False)
+    frame.to_parquet(tmp_path / "same.parquet")
+    from_csv = load_interactions(tmp_path / "same.csv")
+    from_parquet = load_interactions(tmp_path / "same.parquet")
+    pd.testing.assert_frame_equal(from_csv, from_parquet)
+    assert from_csv["user"].tolist() == [1_234_567_890_123_456_789, 2, 2**63 - 1]
+    assert from_csv["item"].dtype == np.int64 and from_csv["item"].tolist() == [10, 20, 30]
+    # beyond int64 both give text
+    big = pd.DataFrame(
+        {"user": np.array([2**63 + 5, 1], np.uint64), "item": [1, 2], "timestamp": [1, 2]}
+    )
+    big.to_csv(tmp_path / "big.csv", index=False)
+    big.to_parquet(tmp_path / "big.parquet")
+    a, b = load_interactions(tmp_path / "big.csv"), load_interactions(tmp_path / "big.parquet")
+    pd.testing.assert_frame_equal(a, b)
+    assert a["user"].tolist() == [str(2**63 + 5), "1"]
+
+
+def test_integral_number_ids_are_one_id_and_text_near_duplicates_are_refused(
+    tmp_path: Path,
+) -> None:
+    # all ids integral: "70", "70.0" and " 70" are the number 70 (documented rule)
+    path = write(tmp_path, "user,item,timestamp\n70,1,1\n70.0,2,2\n 70 ,3,3\n")
+    assert load_interactions(path)["user"].tolist() == [70, 70, 70]
+    # text ids: "70" next to "70.0" or "+70" is refused, naming both values and rows
+    for other in ("70.0", "+70", "70.00"):
+        path = write(tmp_path, f"user,item,timestamp\nabc,1,1\n70,2,2\n{other},3,3\n", "near.csv")
+        with pytest.raises(DataError) as info:
+            load_interactions(path)
+        message = str(info.value)
+        assert message.startswith(f"{path}: column 'user' has ids that differ only in number")
+        assert "'70' at row 1" in message and f"{other!r} at row 2" in message
+        assert "'abc'" in message  # why the column is text
+    # surrounding spaces are not part of a text id; leading zeros are
+    path = write(tmp_path, "user,item,timestamp\n a ,1,1\na,2,2\n007,3,3\n7,4,4\n")
+    assert load_interactions(path)["user"].tolist() == ["a", "a", "007", "7"]
+
+
+def test_nested_parquet_values_are_refused_naming_the_column(tmp_path: Path) -> None:
+    # issue 14: lists became ids such as '[1 2]'
+    frame = pd.DataFrame({"user": [1, 2], "item": [[1, 2], [3]], "timestamp": [1, 2]})
+    frame.to_parquet(tmp_path / "nested.parquet")
+    with pytest.raises(DataError, match=r"nested\.parquet: column 'item' holds nested values"):
+        load_interactions(tmp_path / "nested.parquet")
+    with pytest.raises(DataError, match=r"memory: column 'item' has 2 nested value"):
+        validate_interactions(frame, source="memory")
+
+
+def test_float_ids_beyond_2_53_are_refused() -> None:
+    frame = pd.DataFrame({"user": [2.0**60, 1.0], "item": [1, 2], "timestamp": [1, 2]})
+    with pytest.raises(DataError, match=r"memory: column 'user' has 1 float id.*2\*\*53"):
+        validate_interactions(frame, source="memory")
+
+
+# ---------------------------------------------------------------- file-level errors
+
+
+def test_csv_rows_with_extra_fields_name_the_file_and_line(tmp_path: Path) -> None:
+    one = write(tmp_path, "user,item,timestamp\n1,1,1\n1,2,2,9\n", "one_extra.csv")
+    with pytest.raises(DataError, match=r"one_extra\.csv: .*line 3"):
+        load_interactions(one)
+    # every row longer: pandas would silently use the first field as an index
+    every = write(tmp_path, "user,item,timestamp\n1,1,1,5\n1,2,2,9\n", "every.csv")
+    with pytest.raises(DataError, match=r"every\.csv: line 2 has 4 fields but the header has 3"):
+        load_interactions(every)
+    first = write(tmp_path, "user,item,timestamp\n1,1,1,5\n1,2,2\n", "first.csv")
+    with pytest.raises(DataError, match=r"first\.csv: line 2 has 4 fields"):
+        load_interactions(first)
+
+
+def test_binary_and_non_utf8_csv_name_the_file(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(DataError, match=r"binary\.csv: not a CSV text file"):
+        load_interactions(binary)
+    parquet_named_csv = tmp_path / "really_parquet.csv"
+    pd.DataFrame({"user": [1], "item": [1], "timestamp": [1]}).to_parquet(parquet_named_csv)
+    with pytest.raises(DataError, match=r"really_parquet\.csv: not a CSV text file"):
+        load_interactions(parquet_named_csv)
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("user,item,timestamp\nJosé,1,1\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"latin\.csv: not UTF-8 text \(byte 0xe9"):
+        load_interactions(latin)
+    with pytest.raises(DataError, match=r"empty_file\.csv: empty file"):
+        load_interactions(write(tmp_path, "", "empty_file.csv"))
+
+
+def test_missing_rating_hints_at_the_config_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "user,item,timestamp\n1,2,3\n", "norating.csv")
+    with pytest.raises(DataError, match=r"set dataset\.columns\.rating=null"):
+        load_interactions(path, columns={"rating": "rating"})
+
+
+def test_duplicates_error_prints_integer_ids_as_integers(tmp_path: Path) -> None:
+    # issue 14: a float rating column made the row a float Series: user=1.0 item=1.0
+    path = write(tmp_path, "user,item,timestamp,rating\n7,8,9,1.5\n7,8,9,2\n")
+    with pytest.raises(DataError) as info:
+        load_interactions(path)
+    assert "user=7 item=8 timestamp=9 at rows [0, 1]" in str(info.value)
+
+
+# ------------------------------------------------------------------ degenerate splits
+
+
+def _frame(ts: list[int]) -> pd.DataFrame:
+    n = len(ts)
+    return pd.DataFrame(
+        {"user": np.arange(n) % 3, "item": np.arange(n) % 4, "timestamp": np.array(ts, np.int64)}
+    )
+
+
+def test_degenerate_splits_are_data_errors() -> None:
+    from harness.split import check_usable, make_split
+
+    one_time = _frame([1_700_000_000] * 12)
+    split = make_split(one_time, "global_time", cut=0.8)
+    with pytest.raises(DataError, match=r"every event is at one timestamp \(2023-11-14T22:13:20"):
+        check_usable(split, one_time)
+    frame = _frame(list(range(1_700_000_000, 1_700_000_012)))
+    late = make_split(frame, "global_time", cut="2030-01-01")
+    with pytest.raises(DataError, match=r"split\.cut='2030-01-01' .* is after the last event"):
+        check_usable(late, frame)
+    early = make_split(frame, "global_time", cut="2000-01-01")
+    with pytest.raises(DataError, match=r"is at or before the first event"):
+        check_usable(early, frame)
+    # every test user unseen in training: all test events dropped
+    unseen = pd.DataFrame({"user": [1, 1, 2], "item": [1, 2, 3], "timestamp": [1, 2, 3]})
+    dropped = make_split(unseen, "global_time", cut="1970-01-01T00:00:03")
+    with pytest.raises(DataError, match=r"all 1 test events are of users or items unseen"):
+        check_usable(dropped, unseen)
+    loo = make_split(frame, "leave_one_out", min_history=100)
+    with pytest.raises(DataError, match=r"split leave_one_out leaves the test set empty"):
+        check_usable(loo, frame)
+    fine = make_split(frame, "random", test_ratio=0.5, unseen="keep")
+    assert check_usable(fine, frame) is fine
