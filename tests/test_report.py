@@ -440,3 +440,196 @@ def test_chromium_renders_the_report(real: dict[str, Any], tmp_path: Path) -> No
     pixels = mpimg.imread(shot)
     assert pixels.shape[:2] == (2000, 1280)
     assert float(pixels[..., :3].std()) > 0.05  # not a blank page
+
+
+# ------------------------------------------------------------------------------ a real run
+
+
+QUICK = {"n_users": 300, "n_items": 200, "n_events": 6000, "seed": 0}  # experiment=quick
+
+
+def visible_text(html_text: str) -> str:
+    """The text a reader sees: no <style>, <title> or attributes."""
+
+    class Text(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.skip = 0
+            self.parts: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag in ("style", "title", "script"):
+                self.skip += 1
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag in ("style", "title", "script"):
+                self.skip -= 1
+
+        def handle_data(self, data: str) -> None:
+            if not self.skip:
+                self.parts.append(data)
+
+    parser = Text()
+    parser.feed(html_text)
+    return " ".join(" ".join(parser.parts).split())
+
+
+def markdown_text(md: str) -> str:
+    """What a Markdown viewer shows: no link targets, anchors or tags, escapes resolved."""
+    import html as html_lib
+
+    md = re.sub(r"\]\([^)]*\)", "]", md)  # link and image targets
+    md = re.sub(r"</?(a|details|summary)\b[^>]*>", " ", md)
+    md = re.sub(r"(?<!\\)\*\*", "", md)  # bold
+    md = re.sub(r"(?<![\\\w])_|(?<![\\\s])_(?!\w)", "", md)  # italics
+    md = re.sub(r"\\(.)", r"\1", md)
+    return " ".join(html_lib.unescape(md).split())
+
+
+NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?%?")
+
+
+def iso_date(seconds: int) -> str:
+    return pd.Timestamp(int(seconds), unit="s", tz="UTC").strftime("%Y-%m-%d")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``python -m harness experiment=quick tracking=none`` in a tmp folder, and what it wrote."""
+    import json
+    import sys
+
+    root = tmp_path_factory.mktemp("quick")
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "experiment=quick", "tracking=none",
+         f"runs_dir={root / 'runs'}", "progress=false"],
+        cwd=root, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    html_path = Path(re.findall(r"^report:\s+(\S+)$", proc.stdout, re.MULTILINE)[-1])
+    folder = html_path.parent
+    return {
+        "stdout": proc.stdout,
+        "folder": folder,
+        "html": html_path.read_text(encoding="utf-8"),
+        "md": (folder / "report.md").read_text(encoding="utf-8"),
+        "stats": json.loads((folder / "split_stats.json").read_text()),
+        "summary": pd.read_csv(folder / "summary.csv", index_col=0),
+    }
+
+
+def expected_opening(run: dict[str, Any]) -> dict[str, str]:
+    """The facts of the quick run, computed here from the regenerated data with pandas."""
+    frame = synthetic.generate(**QUICK)
+    cut = int(run["stats"]["cut"])  # the cut is the split's input; everything else is derived
+    ts = frame["timestamp"]
+    train, test = frame[ts < cut], frame[ts >= cut]
+    seen = test["user"].isin(train["user"]) & test["item"].isin(train["item"])
+    kept = test[seen]
+    users_before, users_after = test["user"].nunique(), kept["user"].nunique()
+    dropped_users, dropped_events = users_before - users_after, int((~seen).sum())
+    assert dropped_users > 0  # the quick run does drop unseen users: the line must say so
+    return {
+        "dataset": (f"{len(frame):,} events, {frame['user'].nunique():,} users, "
+                    f"{frame['item'].nunique():,} items"),
+        "source": "n_users=300, n_items=200, n_events=6000, seed=0",
+        "train": f"train {iso_date(train['timestamp'].min())} → "
+                 f"{iso_date(train['timestamp'].max())} ({len(train):,} events",
+        "test": f"test {iso_date(kept['timestamp'].min())} → "
+                f"{iso_date(kept['timestamp'].max())} ({len(kept):,} events, "
+                f"{users_after:,} users)",
+        "cut": pd.Timestamp(cut, unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "users": f"{dropped_users} of {users_before} test users "
+                 f"({dropped_users / users_before:.1%})",
+        "events": f"{dropped_events:,} of {len(test):,} test events "
+                  f"({dropped_events / len(test):.1%})",
+    }
+
+
+def test_real_run_opens_with_dataset_split_dropped_users_and_verdict(
+    quick_run: dict[str, Any],
+) -> None:
+    want = expected_opening(quick_run)
+    summary = quick_run["summary"]
+    best = str(summary["ndcg@10"].idxmax())  # the gate's primary metric in the default gate
+    # each gated candidate's decision, as the terminal printed it
+    decisions = dict(re.findall(r"^(\S+) vs \S+.*\n  gate: (\w+)", quick_run["stdout"],
+                                re.MULTILINE))
+    assert decisions
+    md_head = markdown_text("\n".join(quick_run["md"].splitlines()[:16]))
+    html_text = visible_text(quick_run["html"])
+    html_head = html_text[: html_text.index("Decision Summary")]  # up to the contents links
+    for head in (md_head, html_head):
+        assert f"Dataset: synthetic: {want['dataset']}" in head
+        assert want["source"] in head and "{" not in head  # readable, not a Python dict
+        assert f"Split: global_time at {want['cut']}" in head
+        assert want["train"] in head and want["test"] in head
+        assert f"Dropped (unseen in training): {want['users']} and {want['events']}" in head
+        assert f"Verdict: {best} is best on ndcg@10" in head
+        for candidate, decision in decisions.items():
+            assert f"{decision} {candidate} vs popularity (" in head.replace(":", "")
+    # no epoch seconds anywhere: every time is a date
+    for key in ("cut", "train_time_min", "test_time_max"):
+        seconds = int(quick_run["stats"][key])
+        for text in (quick_run["md"], quick_run["html"]):
+            assert str(seconds) not in text and f"{seconds:,}" not in text
+
+
+def test_real_run_html_and_markdown_say_the_same_numbers(quick_run: dict[str, Any]) -> None:
+    html_numbers = Counter(NUMBER.findall(visible_text(quick_run["html"])))
+    md_numbers = Counter(NUMBER.findall(markdown_text(quick_run["md"])))
+    assert sum(html_numbers.values()) > 500  # the tables are there
+    assert html_numbers == md_numbers
+    # and the Markdown's plots are the HTML's plots
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", quick_run["md"])
+    embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', quick_run["html"])
+    assert len(links) == len(embedded) >= 3
+    on_disk = {(quick_run["folder"] / link).read_bytes() for link in links}
+    assert on_disk == {base64.b64decode(data) for data in embedded}
+
+
+def test_real_run_html_is_self_contained(quick_run: dict[str, Any]) -> None:
+    html_text = quick_run["html"]
+    parse(html_text)
+    assert "<script" not in html_text and "<link" not in html_text and "<iframe" not in html_text
+    assert "@import" not in html_text and "url(" not in html_text
+    targets = re.findall(r"\b(?:src|href|action|srcset|poster)\s*=\s*\"([^\"]*)\"", html_text)
+    assert targets and all(t.startswith(("data:image/png;base64,", "#")) for t in targets)
+    ids = set(re.findall(r'\bid="([^"]+)"', html_text))
+    assert {t[1:] for t in targets if t.startswith("#")} <= ids  # every contents link lands
+    # readable in MLflow's artifact iframe: scales to the frame, bounded width, wide tables scroll
+    assert '<meta name="viewport" content="width=device-width' in html_text
+    width = int(re.search(r"main \{ max-width: (\d+)px", html_text).group(1))  # type: ignore[union-attr]
+    assert 800 <= width <= 1200
+    assert '<div class="scroll"><table class="pair"' in html_text
+
+
+def test_verdict_and_opening_lines_from_hand_made_stats(real: dict[str, Any]) -> None:
+    """A lower-is-better headline metric, unseen users kept (not dropped), a validation part."""
+    ctx: ReportContext = real["ctx"]
+    summary = pd.DataFrame({"gini@10": [0.40, 0.30, np.nan], "ndcg@10": [0.2, 0.1, np.nan]},
+                           index=["popularity", "itemknn", "broken"])
+    stats = {
+        "unseen_policy": "keep", "cut": 86_400, "n_train_events": 10, "n_train_users": 3,
+        "train_time_min": 0, "train_time_max": 86_399, "n_valid_events": 4, "n_valid_users": 2,
+        "valid_time_min": 43_200, "valid_time_max": 86_000, "n_test_events": 8,
+        "n_test_users": 4, "test_time_min": 86_400, "test_time_max": 3 * 86_400,
+        "test_unseen_users": 1, "test_unseen_events": 2, "valid_unseen_users": 0,
+        "valid_unseen_events": 0, "train_filtered_events": 3, "train_filtered_users": 1,
+        "train_filtered_items": 0,
+    }
+    hand = dataclasses.replace(ctx, summary=summary, split_stats=stats, primary_metric="gini@10",
+                               split="global_time")
+    v = hand.verdict()
+    assert (v.metric, v.best, v.value) == ("gini@10", ["itemknn"], 0.30)  # lower is better
+    assert v.failed == ["broken"] and [d for _, d in v.decisions] == [real["decision"].decision]
+    md = render_markdown(hand, None)
+    head = markdown_text("\n".join(md.splitlines()[:16]))
+    assert "itemknn is best on gini@10 (0.3000)" in head or "itemknn is best on gini@10" in head
+    assert "Failed: broken." in head
+    assert ("Split: global_time at 1970-01-02 00:00:00 UTC: train 1970-01-01 → 1970-01-01 "
+            "(10 events, 3 users); validation 1970-01-01 → 1970-01-01 (4 events, 2 users); "
+            "test 1970-01-02 → 1970-01-04 (8 events, 4 users)") in head
+    assert ("Unseen in training, kept: 1 of 4 test users (25.0%) and 2 of 8 test events (25.0%); "
+            "0 of 2 validation users (0.0%) and 0 of 4 validation events (0.0%)") in head
+    assert "Filtered: 3 events, 1 users, 0 items removed from training" in head

@@ -15,13 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from harness import gate
 from harness.compare import PairComparison
 from harness.gate import GateDecision, worst
 
 if TYPE_CHECKING:
     from harness.experiment import ExperimentResult
 
-__all__ = ["DatasetInfo", "ReportContext", "Verdict", "higher_is_better"]
+__all__ = ["VERDICT_PREFIX", "DatasetInfo", "ReportContext", "Verdict", "higher_is_better"]
+
+VERDICT_PREFIX = "verdict: "
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class ReportContext:
     notes: list[str] = field(default_factory=list)
     run_ids: dict[str, str] = field(default_factory=dict)  # model (or "parent") -> MLflow run id
     primary_metric: str | None = None  # None: the gate's primary rule, else the first metric
+    verdict_text: str | None = None  # the run's one-line verdict (as printed); None: computed
 
     @classmethod
     def of(
@@ -97,8 +101,17 @@ class ReportContext:
         run_ids: Mapping[str, str] | None = None,
         created: str | None = None,
         primary_metric: str | None = None,
+        verdict: str | None = None,
     ) -> ReportContext:
-        """The context of one :class:`~harness.experiment.ExperimentResult` and its verdicts."""
+        """The context of one :class:`~harness.experiment.ExperimentResult` and its verdicts.
+
+        ``verdict`` is the run's one-line verdict; when not given, a note starting with
+        ``verdict:`` is taken as it (and leaves the notes), so the report repeats the terminal.
+        """
+        notes = list(notes)
+        if verdict is None:
+            verdict = next((n for n in notes if str(n).startswith(VERDICT_PREFIX)), None)
+        notes = [n for n in notes if n != verdict]
         if segment_definitions is None:  # a pair may carry its segment definitions
             segment_definitions = next(
                 (getattr(p, "segments", None) for p in pairs if getattr(p, "segments", None)), {}
@@ -131,6 +144,7 @@ class ReportContext:
             notes=[*notes, *failures, *model_notes],
             run_ids=dict(run_ids or {}),
             primary_metric=primary_metric,
+            verdict_text=verdict,
         )
 
     def overall_decision(self) -> str | None:
@@ -186,3 +200,22 @@ class ReportContext:
             ]
         return Verdict(metric, best, value, baseline, lift,  # type: ignore[arg-type]
                        decisions, not_gated, failed, self.overall_decision())
+
+    def verdict_line(self) -> str | None:
+        """The one-line verdict without its ``verdict:`` prefix: as given, else from the gate's
+        ``verdict_line`` (the same words as the terminal); None when the gate has no such line."""
+        text = self.verdict_text
+        line_of = getattr(gate, "verdict_line", None)
+        if text is None and line_of is not None:
+            v = self.verdict()
+            try:
+                text = line_of(
+                    self.summary.apply(pd.to_numeric, errors="coerce"), self.decisions,
+                    v.overall, metric=v.metric, sanity=tuple(v.not_gated), baseline=v.baseline,
+                )
+            except Exception:  # a report is still written without its headline sentence
+                text = None
+        if text is None:
+            return None
+        text = str(text)
+        return text[len(VERDICT_PREFIX):] if text.startswith(VERDICT_PREFIX) else text

