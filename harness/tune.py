@@ -317,8 +317,9 @@ def _optuna() -> Any:
     return optuna
 
 
-def _resume(optuna: Any, study: Any, storage: Any) -> int:
-    """Prepare a stored study for more trials; return how many count against the budget.
+def _resume(optuna: Any, study: Any, storage: Any) -> tuple[int, list[int]]:
+    """Prepare a stored study for more trials; return how many count against the budget and
+    the numbers of the trials found interrupted now.
 
     Trials left ``RUNNING`` (a killed process: the lock says no other process is tuning) are
     marked failed; those and trials stopped by an interrupt are queued again with the same
@@ -329,6 +330,7 @@ def _resume(optuna: Any, study: Any, storage: Any) -> int:
     study_id = storage.get_study_id_from_name(study.study_name)
     again = []
     counted = 0
+    stale = []
     for t in study.get_trials(deepcopy=False):
         interrupted = t.state == states.RUNNING or (
             t.state == states.FAIL and t.user_attrs.get("interrupted")
@@ -337,6 +339,7 @@ def _resume(optuna: Any, study: Any, storage: Any) -> int:
             trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
             storage.set_trial_user_attr(trial_id, "interrupted", True)
             storage.set_trial_state_values(trial_id, states.FAIL)
+            stale.append(t.number)
         if interrupted and t.number not in requeued and t.params:
             again.append(t)
         elif not interrupted and t.state in (states.COMPLETE, states.FAIL, states.PRUNED):
@@ -346,7 +349,7 @@ def _resume(optuna: Any, study: Any, storage: Any) -> int:
         requeued.add(t.number)
     if again:
         study.set_user_attr("requeued", sorted(requeued))
-    return counted
+    return counted, stale
 
 
 def _trials_frame(study: Any) -> pd.DataFrame:
@@ -442,7 +445,7 @@ def _tune_one(
             direction="maximize" if spec.maximize else "minimize",
             load_if_exists=True,
         )
-        done = _resume(optuna, study, storage)
+        done, stale = _resume(optuna, study, storage)
         # A resumed study draws new parameters: the sampler's seed moves on with the trials.
         seed = spec.seed + len(study.trials)
         sampler = (
@@ -453,6 +456,7 @@ def _tune_one(
         study.sampler = sampler
         parent = _parent_run(ctx, study, name, space)
         outcome.parent_run = parent
+        _end_killed_trial_runs(ctx, study_name, stale)
         remaining = None if spec.trials is None else max(spec.trials - done, 0)
         objective = _objective(name, build, space, ctx, parent, study_name)
         if remaining != 0:
@@ -612,6 +616,17 @@ def _parent_run(ctx: _Context, study: Any, name: str, space: Mapping[str, Dimens
     )
     study.set_user_attr("mlflow_parent_run", run_id)
     return run_id
+
+
+def _end_killed_trial_runs(ctx: _Context, study_name: str, numbers: list[int]) -> None:
+    """Trial runs a killed process left ``RUNNING`` in MLflow are ended as ``KILLED``."""
+    if ctx.tracker is None or not numbers:
+        return
+    client = ctx.tracker.client
+    query = f"tags.`tune.study` = '{study_name}' and attributes.status = 'RUNNING'"
+    for run in client.search_runs([ctx.tracker.experiment_id], query, max_results=1000):
+        if run.data.tags.get("tune.trial") in {str(n) for n in numbers}:
+            client.set_terminated(run.info.run_id, "KILLED")
 
 
 def _log_curve(ctx: _Context, parent: str | None, objective: str, step: int, value: float) -> None:
