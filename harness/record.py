@@ -222,7 +222,6 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
             tracker.log_input_described(parent, **item)
     for child in the_plan["children"]:
         name = child["name"]
-        checkpoint(f"logging {name}")
         run = existing.get(name)
         if _done(run):
             ids[name] = run.info.run_id
@@ -234,6 +233,7 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
             tracker.open_runs.append(child_id)
             tracker.log(child_id, tags=child["tags"])
         ids[name] = child_id
+        checkpoint(f"logging {name}")  # the child run is open
         tracker.log(child_id, params=child["params"], metrics=_missing(run, child["metrics"]))
         if (folder / name).is_dir():
             tracker.log_artifacts(child_id, folder / name)

@@ -135,11 +135,11 @@ class Tracker:
         from mlflow.exceptions import MlflowException
 
         self.uri = uri
-        self.client = MlflowClient(tracking_uri=uri)
         self._mlflow = mlflow
         #: Runs started and not yet finished: what :meth:`abort` ends.
         self.open_runs: list[str] = []
         with _store_lock(uri):  # first use creates the sqlite store: one process at a time
+            self.client = MlflowClient(tracking_uri=uri)
             for attempt in range(3):
                 found = self.client.get_experiment_by_name(experiment)
                 if found is not None:
@@ -263,13 +263,13 @@ class Tracker:
 
         Returns the ids that could not be ended (e.g. the server is gone).
         """
-        failed = []
-        for run_id in reversed(list(self.open_runs)):
+        pending = list(reversed(self.open_runs))
+        for i, run_id in enumerate(pending):
             try:
                 self.finish(run_id, status)
-            except Exception:  # the store may be unreachable: report, do not raise
-                failed.append(run_id)
-        return failed
+            except Exception:  # the store is unreachable: do not wait on every run, do not raise
+                return pending[i:]
+        return []
 
     def find(self, tags: Mapping[str, str], parent: str | None = None) -> list[Any]:
         """Runs of the experiment (active, any status) carrying every tag in ``tags`` (and whose
