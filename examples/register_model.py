@@ -2,10 +2,12 @@
 
     python examples/register_model.py --tracking-uri sqlite:///runs/mlflow.db --name popularity-demo
 
-Fits a ``PopularityModel`` on the synthetic data (``harness.synthetic.generate`` with the given
-sizes and seed), wraps it in ``RecommenderPyfunc``, logs it with ``mlflow.pyfunc.log_model`` into
-a new run, registers it as a new version of ``--name``, points the alias ``champion`` at that
-version and prints the ``models:/`` URIs. Evaluate it with the harness::
+Fits a ``PopularityModel`` (``--model item_knn``: an ``ItemKNN``) on the synthetic data
+(``harness.synthetic.generate`` with the given sizes and seed; ``--train-cut 0.8``: only the events
+before that timestamp quantile, the training part of the harness's default ``global_time`` split),
+wraps it in ``RecommenderPyfunc``, logs it with ``mlflow.pyfunc.log_model`` into
+a new run, registers it as a new version of ``--name``, points the alias ``--alias`` (default
+``champion``) at that version and prints the ``models:/`` URIs. Evaluate it with the harness::
 
     python -m harness 'model=[popularity,mlflow]' model.mlflow.uri=models:/popularity-demo@champion
 
@@ -33,10 +35,12 @@ import numpy as np
 import pandas as pd
 from mlflow import MlflowClient
 
-from harness.models import PopularityModel, Recommender, padding_mask
+from harness.models import ItemKNN, PopularityModel, Recommender, padding_mask
+from harness.split import make_split
 from harness.synthetic import generate
 
 ALIAS = "champion"
+MODELS = {"popularity": PopularityModel, "item_knn": ItemKNN}
 
 
 class RecommenderPyfunc(mlflow.pyfunc.PythonModel):
@@ -81,6 +85,9 @@ def register(
     n_items: int = 1000,
     n_events: int = 60000,
     seed: int = 0,
+    model_kind: str = "popularity",
+    train_cut: float | None = None,
+    alias: str = ALIAS,
 ) -> dict[str, str]:
     """Fit, log, register and alias the model; return its ``models:/`` URIs and run id."""
     if tracking_uri.startswith("sqlite:///"):
@@ -97,12 +104,15 @@ def register(
         experiment_id = found.experiment_id
 
     train = generate(n_users, n_items, n_events, seed)
-    model = PopularityModel().fit(train)
+    if train_cut is not None:  # fit on the training period only, as the harness's split does
+        train = make_split(train, "global_time", cut=train_cut).train
+    model = MODELS[model_kind]().fit(train)
     example = pd.DataFrame({"user": train["user"].unique()[:3], "k": np.full(3, 10)})
     with mlflow.start_run(experiment_id=experiment_id, run_name=f"register-{name}") as run:
         mlflow.log_params(
             {
-                "model": "PopularityModel",
+                "model": type(model).__name__,
+                "train_cut": train_cut,
                 "n_users": n_users,
                 "n_items": n_items,
                 "n_events": n_events,
@@ -121,10 +131,10 @@ def register(
                 pip_requirements=[f"mlflow=={mlflow.__version__}", "numpy", "pandas"],
             )
     version = str(info.registered_model_version)
-    client.set_registered_model_alias(name, ALIAS, version)
+    client.set_registered_model_alias(name, alias, version)
     return {
         "version_uri": f"models:/{name}/{version}",
-        "alias_uri": f"models:/{name}@{ALIAS}",
+        "alias_uri": f"models:/{name}@{alias}",
         "version": version,
         "run_id": run.info.run_id,
     }
@@ -141,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-items", type=int, default=1000)
     parser.add_argument("--n-events", type=int, default=60000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", choices=sorted(MODELS), default="popularity")
+    parser.add_argument("--train-cut", type=float, default=None, help="fit before this quantile")
+    parser.add_argument("--alias", default=ALIAS, help="alias pointed at the new version")
     args = parser.parse_args(argv)
     out = register(
         args.tracking_uri,
@@ -151,6 +164,9 @@ def main(argv: list[str] | None = None) -> None:
         n_items=args.n_items,
         n_events=args.n_events,
         seed=args.seed,
+        model_kind=args.model,
+        train_cut=args.train_cut,
+        alias=args.alias,
     )
     print(f"registered {args.name} version {out['version']} (run {out['run_id']})")
     print(out["version_uri"])

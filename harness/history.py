@@ -158,7 +158,11 @@ def plot_history(frame: pd.DataFrame, metric: str, path: Path) -> Path:
 
 
 def _versions(client: Any, name: str) -> list[dict[str, Any]]:
-    """Every version of ``name`` with its tags and aliases (pages of the registry search)."""
+    """Every version of ``name`` with its tags and aliases (pages of the registry search; the
+    aliases come from the registered model, which a version search may leave out)."""
+    aliases: dict[str, list[str]] = {}
+    for alias, version in (client.get_registered_model(name).aliases or {}).items():
+        aliases.setdefault(str(version), []).append(str(alias))
     found: list[Any] = []
     token = None
     while True:
@@ -171,7 +175,7 @@ def _versions(client: Any, name: str) -> list[dict[str, Any]]:
         {
             "version": mv.version,
             "created": mv.creation_timestamp,
-            "aliases": list(getattr(mv, "aliases", []) or []),
+            "aliases": aliases.get(str(mv.version), []),
             "tags": dict(mv.tags or {}),
         }
         for mv in found

@@ -266,7 +266,8 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
     # 3. the history: v1 (never a candidate), then v2's two evaluations in order
     hist = _history(url, work, "reco", "--plot", str(tmp_path / "history.png"))
     assert hist.returncode == 0, hist.stderr
-    rows = [x for x in hist.stdout.splitlines()[2:] if x.strip()]
+    rows = [x for x in hist.stdout.splitlines()[2:] if x.strip() and not x.startswith("plot:")]
+    assert hist.stdout.splitlines()[0] == "reco: 3 row(s)"
     assert len(rows) == 3, hist.stdout
     assert rows[0].split()[0] == "1" and "not evaluated" in rows[0]
     assert rows[1].split()[:2] == ["2", "@champion"] and "NO_GO" in rows[1]
