@@ -452,6 +452,14 @@ def test_pytrec_eval_with_ties_string_ids(d):
     _check_against_pytrec(d)
 
 
+@SETTINGS
+@given(d=data(ties=True, string_ids=False, max_items=15))
+def test_pytrec_eval_with_ties_int_ids(d):
+    # integer ids tie as their decimal strings in trec_eval ("9" > "10" > "-5"): the preset's
+    # id_order="string", whatever the id encoding (small, negative, near the int64 limits)
+    _check_against_pytrec(d)
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. scikit-learn
 # ---------------------------------------------------------------------------------------------

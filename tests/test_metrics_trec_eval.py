@@ -282,3 +282,117 @@ def test_cli_relevance_threshold_reproduces_aql():
         ref = expected[(expected["measure"] == measure) & (expected["query"] == "all")]
         assert close_to_printed(value, float(ref["value"].iloc[0])), (measure, value)
     assert "relevance_threshold=2.0" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Tie order: trec_eval compares document ids as strings, also when they are integers
+# ---------------------------------------------------------------------------------------------
+# every trec_eval measure family we implement; pytrec_eval reports its default cutoffs
+PYTREC_FAMILIES = {
+    "num_ret",
+    "num_rel",
+    "num_rel_ret",
+    "map",
+    "Rprec",
+    "recip_rank",
+    "ndcg",
+    "P",
+    "recall",
+    "ndcg_cut",
+    "map_cut",
+    "success",
+}
+
+
+def pytrec(
+    qrels: pd.DataFrame, run: pd.DataFrame, measures: set[str] = PYTREC_FAMILIES
+) -> dict[str, dict[str, float]]:
+    """pytrec_eval (trec_eval 9.0.x) on the same tables, ids as their decimal strings."""
+    import pytrec_eval
+
+    q: dict[str, dict[str, int]] = {}
+    for u, i, rel in qrels.itertuples(index=False):
+        q.setdefault(str(u), {})[str(i)] = int(rel)
+    r: dict[str, dict[str, float]] = {}
+    for u, i, s in run.itertuples(index=False):
+        r.setdefault(str(u), {})[str(i)] = float(s)
+    return pytrec_eval.RelevanceEvaluator(q, measures).evaluate(r)
+
+
+def pytrec_mismatches(qrels: pd.DataFrame, run: pd.DataFrame, **options) -> list[str]:
+    """Every (measure, query) where ``preset="trec_eval"`` differs from pytrec_eval."""
+    expected = pytrec(qrels, run)
+    measures = sorted(next(iter(expected.values())))
+    assert {"P_5", "recall_1000", "ndcg_cut_10", "map_cut_20", "success_1"} <= set(measures)
+    ev = metrics.evaluate(
+        qrels, run, [our_name(m) for m in measures], preset="trec_eval", **options
+    )
+    assert sorted(map(str, ev.per_user.index)) == sorted(expected)
+    ours = {str(u): u for u in ev.per_user.index}
+    bad = []
+    for m in measures:
+        col = our_name(m)
+        for query, values in expected.items():
+            got = float(ev.per_user.loc[ours[query], col])
+            if abs(got - values[m]) > 1e-9:
+                bad.append(f"{m} {query}: pytrec_eval {values[m]}, ours {got}")
+        # trec_eval's "all" line sums the counts and averages the rest
+        per_query = [v[m] for v in expected.values()]
+        overall = float(np.sum(per_query) if m.startswith("num_") else np.mean(per_query))
+        if abs(ev.summary[col] - overall) > 1e-9:
+            bad.append(f"{m} all: pytrec_eval {overall}, ours {ev.summary[col]}")
+    return bad
+
+
+def tied_int_tables(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Integer ids 1-200 (one to three digits), scores tied in groups of up to ~40, graded
+    truth, users in only one table, users without relevant items, a shuffled run."""
+    rng = np.random.default_rng(seed)
+    run_rows, truth_rows = [], []
+    for user in range(1, 61):
+        items = rng.choice(np.arange(1, 201), size=int(rng.integers(1, 120)), replace=False)
+        levels = int(rng.integers(1, 5))  # 1 level: every score tied
+        if user % 10 != 0:  # every tenth user has truth only
+            run_rows += [(user, int(i), float(rng.integers(0, levels))) for i in items]
+        if user % 10 != 5:  # and users 5, 15, ... have a run only
+            judged = rng.choice(np.arange(1, 201), size=int(rng.integers(1, 30)), replace=False)
+            grades = rng.integers(0, 4, len(judged)) if user % 7 else np.zeros(len(judged), int)
+            truth_rows += [(user, int(i), int(g)) for i, g in zip(judged, grades, strict=True)]
+    run = pd.DataFrame(run_rows, columns=["user", "item", "score"])
+    qrels = pd.DataFrame(truth_rows, columns=["user", "item", "relevance"])
+    return qrels, run.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def test_issue_example_integer_ids_tie_as_strings():
+    # issue 11: items 9 and 10 tie; trec_eval ranks "9" > "10" (strcmp, descending) first
+    qrels = pd.DataFrame({"user": [1], "item": [9], "relevance": [1]})
+    run = pd.DataFrame({"user": [1, 1], "item": [9, 10], "score": [1.0, 1.0]})
+    assert pytrec(qrels, run, {"P_1", "recip_rank"})["1"] == {"P_1": 1.0, "recip_rank": 1.0}
+    for q, r in ((qrels, run), (qrels.astype({"item": str}), run.astype({"item": str}))):
+        ev = metrics.evaluate(q, r, ["precision@1", "mrr"], preset="trec_eval")
+        assert ev.summary == {"precision@1": 1.0, "mrr": 1.0}
+    assert metrics.evaluate(qrels, run, ["P_1"], preset="trec_eval").options["id_order"] == (
+        "string"
+    )
+    # the default conventions keep integers in numeric order: 9 before 10 ascending
+    assert metrics.evaluate(qrels, run, ["precision@1"]).summary["precision@1"] == 1.0
+    # numeric descending puts 10 first; the string rule is an option of its own
+    ev = metrics.evaluate(qrels, run, ["precision@1"], tie_break="item_desc")
+    assert ev.summary["precision@1"] == 0.0
+    ev = metrics.evaluate(qrels, run, ["precision@1"], tie_break="item_desc", id_order="string")
+    assert ev.summary["precision@1"] == 1.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tied_integer_ids_match_pytrec_eval(seed):
+    qrels, run = tied_int_tables(seed)
+    assert pytrec_mismatches(qrels, run) == []
+    # the same ids as strings give the same result
+    as_str = {"user": str, "item": str}
+    assert pytrec_mismatches(qrels.astype(as_str), run.astype(as_str)) == []
+
+
+def test_tied_integer_ids_in_numeric_order_would_differ():
+    # the data above does exercise the tie order: numeric order disagrees with trec_eval
+    qrels, run = tied_int_tables(0)
+    assert pytrec_mismatches(qrels, run, id_order="natural")
