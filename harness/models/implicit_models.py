@@ -92,6 +92,7 @@ class _Implicit(BaseRecommender):
             warnings.simplefilter("ignore", ParameterWarning)
             estimator = self._estimator()
             estimator.fit(matrix.astype(np.float32), show_progress=self.progress)
+        self.estimator_ = estimator  # the fitted implicit model itself (for cross-checks)
         self._fitted(estimator)
 
     def _fitted(self, estimator: Any) -> None:
