@@ -28,13 +28,24 @@ from omegaconf.errors import MissingMandatoryValue
 import metrics
 from harness import folders
 from harness.candidates import SAMPLED_WARNING, CandidateSpec, build_candidates
-from harness.compare import CompareSpec, PairComparison, compare_models
+from harness.compare import CompareSpec, PairComparison, compare_models, compared_metrics
 from harness.compare.sizing import format_sizing, sizing_notes, sizing_of
 from harness.datasets import load_dataset
 from harness.errors import DataError
 from harness.experiment import Evaluator, ExperimentResult, MetricSuite, run_models
 from harness.folders import allocate, checkpoint, is_complete, mark_complete, run_info
-from harness.gate import EXIT_CODES, GateDecision, GateSpec, decide, worst
+from harness.gate import (
+    EXIT_CODES,
+    EXIT_NO_DECISION,
+    GateDecision,
+    GateSpec,
+    check_gate,
+    check_selection,
+    decide,
+    dropped_warning,
+    verdict_line,
+    worst,
+)
 from harness.models import Recommender, without_search_space
 from harness.promote import promote_run
 from harness.record import plan, replay, save_plan
@@ -117,20 +128,95 @@ def gate_spec_of(cfg: DictConfig) -> GateSpec:
     return GateSpec(**_plain(cfg.get("gate") or {"enabled": False}))
 
 
+def checked_gate(
+    cfg: DictConfig, cspec: CompareSpec, gspec: GateSpec, suite: MetricSuite
+) -> GateSpec:
+    """The gate with every rule resolved against the compared metrics and segments, and the
+    baseline and candidates checked against the selected models: a rule or selection that
+    could never be evaluated is a one-line ValueError before any model is fitted."""
+    compared = compared_metrics(suite.names, cspec.metrics)
+    if cspec.baseline:
+        gspec = check_gate(
+            gspec,
+            compared,
+            segments=cspec.segments,
+            gsb_metric=cspec.gsb_metric,
+            human_labels=bool(cspec.human_labels),
+        )
+    check_selection(gspec, cspec.baseline, [str(name) for name in cfg.get("model") or {}])
+    return gspec
+
+
+def dropped_share_of(cfg: DictConfig) -> float:
+    """``warn_dropped_share``: the share of test events or users dropped as unseen in training
+    from which the run warns (default 0.5)."""
+    value = cfg.get("warn_dropped_share", 0.5)
+    try:
+        share = float(0.5 if value is None else value)
+    except (TypeError, ValueError):
+        share = float("nan")
+    if not 0 <= share <= 1:
+        raise ValueError(f"'warn_dropped_share' must lie in [0, 1] (got {value!r})")
+    return share
+
+
+def _no_decision(
+    result: ExperimentResult, cspec: CompareSpec, gspec: GateSpec, pairs: list[PairComparison]
+) -> str:
+    """Why the run took no gate decision, in a few words."""
+    base = result.outcomes.get(cspec.baseline) if cspec.baseline else None
+    candidates = [n for n in result.outcomes if n != cspec.baseline and n not in gspec.sanity]
+    if not gspec.enabled:
+        return "the gate is off"
+    if not cspec.baseline:
+        return "no baseline to compare with (compare.baseline is null)"
+    if base is None:
+        return f"the baseline {cspec.baseline!r} was not run"
+    if base.evaluation is None:
+        return f"the baseline {cspec.baseline!r} failed"
+    if not candidates:
+        return "no candidate besides the baseline and sanity baselines"
+    if not any(p.candidate in candidates for p in pairs):
+        return "every candidate failed"
+    return "nothing was compared"
+
+
 def _verdicts(
     result: ExperimentResult, cspec: CompareSpec, gspec: GateSpec
-) -> tuple[list[PairComparison], dict[str, GateDecision], str | None, list[str]]:
-    """Compare every candidate with the baseline and apply the gate."""
+) -> tuple[list[PairComparison], dict[str, GateDecision], str | None, list[str], str]:
+    """Compare every model with the baseline and gate the candidates (sanity baselines such as
+    ``random`` are compared, never gated); the last item is the one-line verdict."""
     pairs, notes = compare_models(result, cspec)
-    decisions = {p.candidate: decide(p, gspec) for p in pairs} if gspec.enabled else {}
+    gated = [p for p in pairs if p.candidate not in gspec.sanity]
+    decisions = {p.candidate: decide(p, gspec) for p in gated} if gspec.enabled else {}
     overall = worst([d.decision for d in decisions.values()]) if decisions else None
-    return pairs, decisions, overall, notes
+    why = None if overall else _no_decision(result, cspec, gspec, pairs)
+    if gspec.enabled and why:
+        notes.append(f"no gate decision: {why}")
+    headline = (gspec.primary or {}).get("metric") or cspec.gsb_metric
+    if headline not in result.suite.names:
+        headline = result.suite.names[0] if result.suite.names else None
+    verdict = verdict_line(
+        result.table(),
+        decisions,
+        overall,
+        metric=headline,
+        sanity=gspec.sanity,
+        baseline=cspec.baseline,
+        why=why,
+    )
+    return pairs, decisions, overall, notes, verdict
 
 
 def format_verdicts(
-    pairs: list[PairComparison], decisions: dict[str, GateDecision], overall: str | None
+    pairs: list[PairComparison],
+    decisions: dict[str, GateDecision],
+    overall: str | None,
+    *,
+    sanity: tuple[str, ...] = (),
 ) -> str:
-    """Per candidate: ΔGSB and the primary lift with CIs, then the gate decision and reasons."""
+    """Per candidate: ΔGSB and the primary lift with CIs, then the gate decision and reasons
+    (``sanity`` baselines: marked as not gated)."""
     lines = []
     for pair in pairs:
         row = pair.row(pair.gsb_metric)
@@ -141,6 +227,8 @@ def format_verdicts(
                 f"[{row['gsb_ci_low']:+.3f}, {row['gsb_ci_high']:+.3f}], "
                 f"lift {row['lift']:+.2%} [{row['lift_ci_low']:+.2%}, {row['lift_ci_high']:+.2%}]"
             )
+        if pair.candidate in sanity:
+            head += " (sanity baseline, not gated)"
         lines.append(head)
         decision = decisions.get(pair.candidate)
         if decision is not None:
@@ -212,6 +300,8 @@ def run(cfg: DictConfig) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     suite = suite_of(cfg)
     cspec, gspec = compare_spec_of(cfg), gate_spec_of(cfg)
+    gspec = checked_gate(cfg, cspec, gspec, suite)  # bad gate rules: exit 2 before any fit
+    warn_share = dropped_share_of(cfg)
     cand_spec = CandidateSpec(**_plain(cfg.get("candidates") or {"kind": "full"}))
     models, load_errors = build_models(cfg, progress)
     dataset = load_dataset(_plain(cfg.dataset))
@@ -220,6 +310,9 @@ def run(cfg: DictConfig) -> int:
     checkpoint("split")
     split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
     check_usable(split, dataset.frame)  # empty train/test: data error, exit 2, before any fit
+    dropped = dropped_warning(split.stats, warn_share)
+    if dropped:
+        print(f"WARNING: {dropped}", file=sys.stderr)
     key = split_cache_key(dataset.frame, method, split_params)
     folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
     _active["folder"] = folder
@@ -243,7 +336,7 @@ def run(cfg: DictConfig) -> int:
         )
     result.candidates = cand_stats
     print(format_summary(result))
-    pairs, decisions, overall, notes = _verdicts(result, cspec, gspec)
+    pairs, decisions, overall, notes, verdict = _verdicts(result, cspec, gspec)
     sizing = sizing_of(result, pairs, decisions, cspec, gspec)  # online A/B test sizing
     notes = notes + sizing_notes(sizing, cspec)
     checkpoint("report", folder)
@@ -253,14 +346,15 @@ def run(cfg: DictConfig) -> int:
             pairs,
             decisions,
             overall,
-            notes,
+            [verdict, *([f"WARNING: {dropped}"] if dropped else []), *notes],
             str(cfg.name),
             OmegaConf.to_yaml(cfg, resolve=True),
         ),
         folder,
     )
     print()
-    print(format_verdicts(pairs, decisions, overall) or "\n".join(notes))
+    print(format_verdicts(pairs, decisions, overall, sanity=gspec.sanity) or "\n".join(notes))
+    print(verdict)
     if not sizing.empty:
         print(format_sizing(sizing, cspec))
     the_plan = plan(  # what MLflow gets, saved so `python -m harness.log` can log it later
@@ -316,8 +410,8 @@ def run(cfg: DictConfig) -> int:
                 confidence=cspec.confidence,
             ),
         )
-    if code == 0 and gspec.enforce and overall is not None:
-        code = EXIT_CODES[overall]
+    if gspec.enforce:  # a CI job: no decision is never a pass
+        code = EXIT_NO_DECISION if overall is None else code or EXIT_CODES[overall]
     return code
 
 

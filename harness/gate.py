@@ -180,7 +180,9 @@ def _check_rule(
     if segment not in known:
         raise ValueError(f"{key}.segment={segment!r} is not a segment (known: {', '.join(known)})")
     if segment != "all" and not segments:
-        raise ValueError(f"{key}.segment={segment!r} needs compare.segments=true")
+        raise ValueError(
+            f"{key}.segment={segment!r} needs compare.segments=true (or drop the rule)"
+        )
     if segment != "all" and whole_run(name):
         raise ValueError(
             f"{key}.segment={segment!r}: {name} is a whole-run metric (no per-user values), so "
@@ -310,15 +312,25 @@ def _judge(ci: tuple[float, float], bar: float, *, strict: bool = False) -> str:
     return "inconclusive"
 
 
+def _row(pair: PairComparison, metric: str, segment: str) -> pd.Series | None:
+    """The comparison row of ``metric`` in ``segment``; None when absent (or nothing compared)."""
+    if pair.table.empty or not {"metric", "segment"} <= set(pair.table.columns):
+        return None
+    return pair.row(metric, segment)
+
+
 def _absent(pair: PairComparison, metric: str, segment: str) -> str:
     """Why ``metric`` has no row in ``segment``."""
     if segment != "all" and not pair.segments:
         return f"segments were not compared for {pair.candidate} vs {pair.baseline}"
-    if pair.table.empty or "segment" not in pair.table.columns:
-        return f"{metric} was not compared for {pair.candidate} vs {pair.baseline}"
+    compared = f"{metric} was not compared for {pair.candidate} vs {pair.baseline}"
+    if pair.table.empty or not {"metric", "segment"} <= set(pair.table.columns):
+        return compared
     if segment != "all" and not (pair.table["segment"] == segment).any():
         what = pair.segments.get(segment, segment)
         return f"the segment {segment!r} is empty in this run ({what}): nothing to compare"
+    if not (pair.table["metric"] == metric).any():
+        return compared
     return (
         f"{metric} has fewer than 2 users with a value for both models on {segment!r}: "
         "it could not be compared"
@@ -358,7 +370,7 @@ def _relative_rule(
 
     what = "relative lift" if strict else "change"
     against = f"required {bar:+.2%}" if strict else f"non-inferiority margin {bar:+.2%}"
-    row = pair.row(metric, segment)
+    row = _row(pair, metric, segment)
     if row is None:
         return result("inconclusive", nan, (nan, nan), _absent(pair, metric, segment))
     sign = 1.0 if bool(row.get("higher_is_better", True)) else -1.0
@@ -425,7 +437,7 @@ def _relative_rule(
 def _gsb_rule(pair: PairComparison, metric: str, bar: float) -> RuleResult:
     """ΔGSB's CI lower bound must exceed ``bar``."""
     nan = math.nan
-    row = pair.row(metric, "all")
+    row = _row(pair, metric, "all")
     value = nan if row is None else _number(row, "gsb_delta")
     if row is None or math.isnan(value):
         why = (

@@ -122,6 +122,7 @@ def test_sampled_run_warns_and_is_tagged(tmp_path: Path) -> None:
             "candidates=sampled",
             "model=[popularity,item_knn]",
             "compare.segments=false",
+            "gate.guardrails=[]",  # the default cold guardrail needs segments
         ],
         cwd=tmp_path,
         capture_output=True,

@@ -114,8 +114,9 @@ def test_guardrail_non_inferiority_and_missing_metric(pairs) -> None:
     d = decide(pairs["random"], spec)
     # random recommends far more distinct items: coverage is no loss
     assert d.rules[0].status == "pass"
-    assert d.rules[1].status == "not_applicable"  # not in the suite: skipped, never a silent GO
-    assert d.decision == "GO"
+    # not compared: never skipped (check_gate refuses it before a run), here inconclusive
+    assert d.rules[1].status == "inconclusive" and "mrr@10 was not compared" in d.rules[1].reason
+    assert d.decision == "INCONCLUSIVE"
     nothing = decide(pairs["random"], GateSpec(guardrails=[{"metric": "mrr@10", "margin": 0.1}]))
     assert nothing.decision == "INCONCLUSIVE"
 
@@ -164,7 +165,13 @@ def _child_runs(cwd):
 
 @pytest.mark.slow
 def test_gate_enforce_exit_codes_and_tags(tmp_path) -> None:
-    only_primary = ["gate.guardrails=[]", "gate.gsb=null", "compare.segments=false"]
+    # random is gated here on purpose (gate.sanity=[]): by default it is a sanity baseline
+    only_primary = [
+        "gate.guardrails=[]",
+        "gate.gsb=null",
+        "compare.segments=false",
+        "gate.sanity=[]",
+    ]
     no_go = _harness(tmp_path, "model=[popularity,random]", "gate.enforce=true", *only_primary)
     assert no_go.returncode == 10, no_go.stderr
     assert "overall gate decision: NO_GO" in no_go.stdout
@@ -291,6 +298,7 @@ def test_compare_cli_accepts_a_registered_model_version_evaluated_earlier(tmp_pa
         "model=[popularity,mlflow]",
         "model.mlflow.uri=models:/demo/1",
         "compare.segments=false",
+        "gate.guardrails=[]",  # the default cold guardrail needs segments
     )
     assert run.returncode == 0, run.stderr[-2000:]
     _, runs = _child_runs(tmp_path)

@@ -6,7 +6,8 @@ The comparison is recomputed from the runs' per-user artifacts, without re-runni
 and logged as a new run. Runs evaluated on different splits are refused.
 
 Exit codes: 0 done (or GO with ``--enforce``), 2 bad input (unknown run, different splits),
-3 MLflow unreachable, 10 NO_GO and 11 INCONCLUSIVE with ``--enforce``.
+3 MLflow unreachable, 10 NO_GO, 11 INCONCLUSIVE and 12 no decision (``--gate none``) with
+``--enforce``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from harness.compare import CompareSpec, PairComparison, compare_pair, segment_data
-from harness.gate import EXIT_CODES, GateSpec, decide
+from harness.gate import EXIT_CODES, EXIT_NO_DECISION, GateSpec, check_gate, decide
 
 EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 2, 3
 
@@ -107,6 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _artifacts(client, r, Path(tmp) / str(i)) for i, r in enumerate(runs)
             )
         metric_names = list(cspec.metrics or pu_a.columns)
+        gspec = check_gate(  # a rule on a metric these runs lack: one line, exit 2
+            gspec,
+            metric_names,
+            segments=cspec.segments,
+            gsb_metric=cspec.gsb_metric,
+            human_labels=bool(cspec.human_labels),
+        )
         split_dir = Path(args.runs_dir) / "splits" / str(hashes[0])
         segments = qrels = None
         if cspec.segments and (split_dir / "train.parquet").exists():
@@ -140,8 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_TRACKING_FAILED
-    if args.enforce and decision is not None:
-        return EXIT_CODES[decision.decision]
+    if args.enforce:
+        return EXIT_NO_DECISION if decision is None else EXIT_CODES[decision.decision]
     return 0
 
 
