@@ -568,6 +568,10 @@ def test_real_run_opens_with_dataset_split_dropped_users_and_verdict(
         assert f"Verdict: {best} is best on ndcg@10" in head
         for candidate, decision in decisions.items():
             assert f"{decision} {candidate} vs popularity (" in head.replace(":", "")
+    # the sanity baseline's pair is shown and marked as not gated, in both formats
+    assert "random" not in decisions
+    assert "random vs popularity (baseline) not gated" in html_text
+    assert "random vs popularity (baseline) ⚪ not gated" in markdown_text(quick_run["md"])
     # no epoch seconds anywhere: every time is a date
     for key in ("cut", "train_time_min", "test_time_max"):
         seconds = int(quick_run["stats"][key])

@@ -120,6 +120,7 @@ class PairView:
     anchor: str
     title: str
     decision: str | None
+    not_gated: bool  # the run has a gate, but not for this candidate (a sanity baseline)
     notes: list[str]
     table: Table | None
     footnote: str | None
@@ -483,6 +484,7 @@ def _pair_view(i: int, pair: PairComparison, ctx: ReportContext, plot: _Plotter)
         anchor=_pair_anchor(i, pair),
         title=f"{pair.candidate} vs {pair.baseline} (baseline)",
         decision=decision.decision if decision is not None else None,
+        not_gated=decision is None and bool(ctx.decisions),
         notes=list(pair.notes),
         table=main,
         footnote=_footnote(pair, "all") if main is not None else None,
