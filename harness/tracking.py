@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import subprocess
@@ -80,6 +81,8 @@ def configure_http(retries: int | None, timeout: float | None) -> None:
     MLflow's defaults (7 retries with exponential back-off) make a refused connection take
     minutes; ``None`` leaves MLflow's own setting (its environment variables) untouched.
     """
+    # urllib3 logs every retry as a warning: the one error line at the end says it all
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     for var, value, least in (
         ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", retries, 0),
         ("MLFLOW_HTTP_REQUEST_TIMEOUT", timeout, 1),
