@@ -504,7 +504,11 @@ def _normalize_timestamps(
     if pd.api.types.is_object_dtype(dtype):
         kind = pd.api.types.infer_dtype(s, skipna=False)
         if kind in ("integer", "floating", "mixed-integer-float", "decimal"):
-            s = s.astype(np.float64) if kind != "integer" else s.astype(np.int64)
+            try:
+                s = s.astype(np.float64) if kind != "integer" else s.astype(np.int64)
+            except OverflowError:
+                huge = s.map(lambda v: abs(v) > np.iinfo(np.int64).max).to_numpy(dtype=bool)
+                raise _fail(source, label, huge, "timestamp(s) beyond int64", s) from None
         elif kind in ("datetime", "datetime64"):
             return _to_seconds(pd.to_datetime(s, utc=True))
         elif kind != "string":
