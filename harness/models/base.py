@@ -19,6 +19,11 @@ or file candidate sets, AUC): ``items`` is ``(len(users), m)`` item ids, the res
 exclusion (the candidate set is the caller's choice), unknown users' fallback scores, and ``NaN``
 for item ids the model does not know (absent from training). Scores are finite otherwise.
 
+``recommend_with_auc(users, k, relevant_users, relevant_items)`` returns ``recommend``'s output
+plus the AUC counts of every ranked candidate (``metrics.scores.AucCounts``), counted from the same
+score rows, so ``auc``/``gauc``/``global_auc`` cover the whole ranked catalog; ``scores_catalog``
+says whether a model has it (models that implement ``_score``).
+
 Optional capabilities are duck-typed: a model *can predict ratings* iff it has a method
 ``predict_ratings(users, items) -> float64[n]`` for ``n`` (user, item) pairs (see
 ``BiasRating``). Models that do not rank from a score matrix (``PrecomputedScores``,
@@ -403,8 +408,9 @@ class BaseRecommender:
         wins2 = 0
         for start, block in self._batches(users, exclude):
             lo, hi = np.searchsorted(pairs[0], [start, start + block.shape[0]])
-            block[pairs[0, lo:hi] - start, pairs[1, lo:hi]] = -np.inf  # relevant: not negatives
-            wins2 += pooled_wins2(relevant, block[np.isfinite(block)])
+            negative = np.isfinite(block)
+            negative[pairs[0, lo:hi] - start, pairs[1, lo:hi]] = False
+            wins2 += pooled_wins2(relevant, block[negative])
         return wins2 / 2
 
     def score_items(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
