@@ -108,6 +108,15 @@ class Page(HTMLParser):
         return hits[0]
 
 
+def parse_fragment(html_text: str) -> Page:
+    """An HTML fragment (no doctype), checked for nesting like a page."""
+    page = Page()
+    page.feed(html_text)
+    page.close()
+    assert page.errors == [] and page.stack == []
+    return page
+
+
 def parse(html_text: str) -> Page:
     page = Page()
     page.feed(html_text)
@@ -590,6 +599,32 @@ def test_real_run_html_and_markdown_say_the_same_numbers(quick_run: dict[str, An
     assert len(links) == len(embedded) >= 3
     on_disk = {(quick_run["folder"] / link).read_bytes() for link in links}
     assert on_disk == {base64.b64decode(data) for data in embedded}
+
+
+def test_real_run_markdown_renders_to_the_same_tables_and_numbers(
+    quick_run: dict[str, Any],
+) -> None:
+    """Through a real CommonMark + tables renderer (markdown-it-py, installed with ranx)."""
+    import html as html_lib
+
+    markdown_it = pytest.importorskip("markdown_it")
+    rendered = markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(
+        quick_run["md"])
+    page = parse_fragment(rendered)
+    report = parse(quick_run["html"])
+    assert len(page.tables) == len(report.tables) >= 10
+    for got, want in zip(page.tables, report.tables, strict=True):
+        # every cell, in order; Markdown has no colour, so ▲/▼ stand for better/worse
+        for got_row, want_row, classes in zip(got["rows"], want["rows"], want["classes"],
+                                              strict=True):
+            arrows = [" ▲" if "better" in c else " ▼" if "worse" in c.split() else ""
+                      for c in classes]
+            assert got_row == [w + a for w, a in zip(want_row, arrows, strict=True)]
+    alts = [html_lib.unescape(a) for a in re.findall(r'<img [^>]*alt="([^"]*)"', rendered)]
+    assert len(alts) == len(report.images)
+    text = visible_text(rendered) + " " + " ".join(alts)  # the HTML shows alt as a caption
+    assert Counter(NUMBER.findall(text)) == Counter(NUMBER.findall(
+        visible_text(quick_run["html"])))
 
 
 def test_real_run_html_is_self_contained(quick_run: dict[str, Any]) -> None:
