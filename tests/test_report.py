@@ -664,7 +664,20 @@ def test_verdict_and_opening_lines_from_hand_made_stats(real: dict[str, Any]) ->
     assert v.failed == ["broken"] and [d for _, d in v.decisions] == [real["decision"].decision]
     md = render_markdown(hand, None)
     head = markdown_text("\n".join(md.splitlines()[:16]))
-    assert "itemknn is best on gini@10 (0.3000)" in head or "itemknn is best on gini@10" in head
+    assert "Verdict: itemknn is best on gini@10 (0.3000); itemknn " in head
+    assert v.sentence() == "itemknn is best on gini@10 (0.3000)"  # no gini row in the pair
+    # the report's own sentence: a tie, the baseline best, a lift with its CI
+    tied = dataclasses.replace(hand, summary=summary.assign(**{"gini@10": [0.3, 0.3, np.nan]}))
+    assert tied.verdict().sentence() == "popularity and itemknn tie as best on gini@10 (0.3000)"
+    base = dataclasses.replace(hand, primary_metric="ndcg@10").verdict()
+    assert base.sentence() == ("popularity, the baseline, is best on ndcg@10 (0.2000): no "
+                               "candidate beats it")
+    row = real["pair"].row("ndcg@10")
+    lift = real["ctx"].verdict()
+    assert lift.best == [str(real["ctx"].summary["ndcg@10"].idxmax())] == ["itemknn"]
+    assert lift.sentence() == (
+        f"itemknn is best on ndcg@10 ({row['mean_b']:.4f}; {row['lift']:+.2%} "
+        f"[{row['lift_ci_low']:+.2%}, {row['lift_ci_high']:+.2%}] vs popularity)")
     assert "Failed: broken." in head
     assert ("Split: global_time at 1970-01-02 00:00:00 UTC: train 1970-01-01 → 1970-01-01 "
             "(10 events, 3 users); validation 1970-01-01 → 1970-01-01 (4 events, 2 users); "

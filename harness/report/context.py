@@ -18,6 +18,7 @@ import pandas as pd
 from harness import gate
 from harness.compare import PairComparison
 from harness.gate import GateDecision, worst
+from harness.report.format import finite, fmt_ci, fmt_lift, fmt_value
 
 if TYPE_CHECKING:
     from harness.experiment import ExperimentResult
@@ -51,6 +52,21 @@ class Verdict:
     not_gated: list[str]  # models that ran but got no decision (none listed without a gate)
     failed: list[str]  # models without results
     overall: str | None  # the overall decision (None: no gate)
+
+    def sentence(self) -> str:
+        """``item_knn is best on ndcg@10 (0.3614; +19.50% [+5.14%, +36.58%] vs popularity)``:
+        the report's own verdict sentence, when the gate cannot give one."""
+        if self.metric is None or not self.best:
+            return "no model has results to rank"
+        value = fmt_value(self.value)
+        if len(self.best) > 1:
+            return f"{' and '.join(self.best)} tie as best on {self.metric} ({value})"
+        if self.baseline is not None and self.best == [self.baseline]:
+            return (f"{self.best[0]}, the baseline, is best on {self.metric} ({value}): no "
+                    "candidate beats it")
+        if self.lift is not None and finite(self.lift[0]):
+            value += f"; {fmt_ci(*self.lift, fmt_lift)} vs {self.baseline}"
+        return f"{self.best[0]} is best on {self.metric} ({value})"
 
 
 def higher_is_better(metric: str) -> bool:
@@ -201,21 +217,19 @@ class ReportContext:
         return Verdict(metric, best, value, baseline, lift,  # type: ignore[arg-type]
                        decisions, not_gated, failed, self.overall_decision())
 
-    def verdict_line(self) -> str | None:
-        """The one-line verdict without its ``verdict:`` prefix: as given, else from the gate's
-        ``verdict_line`` (the same words as the terminal); None when the gate has no such line."""
+    def verdict_line(self) -> str:
+        """The one-line verdict without its ``verdict:`` prefix: as given by the run, else
+        :func:`harness.gate.verdict_line` on this context (the same words as the terminal)."""
         text = self.verdict_text
-        line_of = getattr(gate, "verdict_line", None)
-        if text is None and line_of is not None:
-            v = self.verdict()
-            try:
-                text = line_of(
-                    self.summary.apply(pd.to_numeric, errors="coerce"), self.decisions,
-                    v.overall, metric=v.metric, sanity=tuple(v.not_gated), baseline=v.baseline,
-                )
-            except Exception:  # a report is still written without its headline sentence
-                text = None
         if text is None:
-            return None
+            v = self.verdict()
+            summary = self.summary if self.summary is not None else pd.DataFrame()
+            try:
+                text = gate.verdict_line(
+                    summary.apply(pd.to_numeric, errors="coerce"), self.decisions, v.overall,
+                    metric=v.metric, sanity=tuple(v.not_gated), baseline=v.baseline,
+                )
+            except (ValueError, KeyError, TypeError):  # e.g. a metric name the gate cannot parse
+                text = v.sentence()
         text = str(text)
         return text[len(VERDICT_PREFIX):] if text.startswith(VERDICT_PREFIX) else text

@@ -165,29 +165,10 @@ class ReportView:
 # ------------------------------------------------------------------------------ the first lines
 
 
-def headline(v: Verdict) -> str:
-    """``item_knn is best on ndcg@10 (0.3614; +19.50% [+5.14%, +36.58%] vs popularity)``: the
-    report's own verdict sentence when the run did not give one."""
-    if v.metric is None or not v.best:
-        return "no model has results to rank"
-    if len(v.best) > 1:
-        return f"{' and '.join(v.best)} tie as best on {v.metric} ({fmt_value(v.value)})"
-    detail = fmt_value(v.value)
-    if v.baseline is not None and v.best == [v.baseline]:
-        return f"{v.best[0]}, the baseline, is best on {v.metric} ({detail}): no candidate beats it"
-    if v.lift is not None and finite(v.lift[0]):
-        detail += f"; {fmt_ci(*v.lift, fmt_lift)} vs {v.baseline}"
-    return f"{v.best[0]} is best on {v.metric} ({detail})"
-
-
 def _headline(ctx: ReportContext, v: Verdict) -> tuple[str, str | None]:
     """The verdict sentence (the run's own line when there is one) and what it leaves out."""
     line = ctx.verdict_line()
     extra = []
-    if line is None:
-        line = headline(v)
-        if v.not_gated:
-            extra.append(f"Not gated (shown for reference): {', '.join(v.not_gated)}.")
     if v.failed:
         extra.append(f"Failed: {', '.join(v.failed)}.")
     return line, " ".join(extra) or None
