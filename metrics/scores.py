@@ -175,19 +175,20 @@ def matrix_auc_counts(
     return AucCounts(wins2 / 2, n_pos, n_cand - n_pos)
 
 
-def pooled_wins2(sorted_pos: np.ndarray, neg: np.ndarray) -> int:
-    """Twice the wins of the relevant scores ``sorted_pos`` (ascending) over the irrelevant
-    scores ``neg``: ``sum(2 * #{p > v} + #{p == v} for v in neg)``, exact in integers.
+def pooled_wins2(pos: np.ndarray, neg: np.ndarray) -> int:
+    """Twice the wins of the relevant scores ``pos`` over the irrelevant scores ``neg``:
+    ``sum(2 * #{v < p} + #{v == p} for p in pos)``, exact in integers.
 
-    Summed over batches of ``neg`` it gives ``2 * AucCounts.pooled_wins`` with memory bounded by
-    the batch.
+    ``neg`` is sorted (a copy) and every ``p`` located in it by binary search: summed over
+    batches of ``neg`` it gives ``2 * AucCounts.pooled_wins`` with memory bounded by the batch.
 
     >>> pooled_wins2(np.array([0.5, 0.9]), np.array([0.1, 0.5]))
     7
     """
-    left = np.searchsorted(sorted_pos, neg, side="left")
-    right = np.searchsorted(sorted_pos, neg, side="right")
-    return int(2 * (sorted_pos.size * neg.size - right.sum(dtype=np.int64)) + (right - left).sum())
+    ordered = np.sort(neg, axis=None)
+    left = np.searchsorted(ordered, pos, side="left")
+    right = np.searchsorted(ordered, pos, side="right")
+    return int(left.sum(dtype=np.int64) + right.sum(dtype=np.int64))
 
 
 def _row_searchsorted(

@@ -339,7 +339,7 @@ class BaseRecommender:
         pairs = np.unique(np.stack([rows, cols])[:, (rows >= 0) & (cols >= 0)], axis=1)
         ids, scores, counts, relevant = self._rank(users, k, exclude, pairs)
         if pooled:
-            wins = self._pooled_wins(users, exclude, pairs, np.sort(relevant))
+            wins = self._pooled_wins(users, exclude, pairs, relevant)
             counts = replace(counts, pooled_wins=wins)
         return ids, scores, counts
 
@@ -403,8 +403,8 @@ class BaseRecommender:
     def _pooled_wins(
         self, users: np.ndarray, exclude: bool, pairs: np.ndarray, relevant: np.ndarray
     ) -> float:
-        """Wins of the relevant candidates (``relevant``: their scores, ascending) over the
-        irrelevant candidates of all users, by a second pass over the score rows."""
+        """Wins of the relevant candidates (``relevant``: their scores) over the irrelevant
+        candidates of all users, by a second pass over the score rows."""
         wins2 = 0
         for start, block in self._batches(users, exclude):
             lo, hi = np.searchsorted(pairs[0], [start, start + block.shape[0]])
