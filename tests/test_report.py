@@ -336,7 +336,8 @@ def test_write_report_creates_the_files(real: dict[str, Any], tmp_path: Path) ->
     folder = tmp_path / "run"
     paths = write_report(real["ctx"], folder)
     assert paths["html"] == folder / "report.html" and paths["html"].is_file()
-    assert paths["markdown"] == folder / "report.md" and paths["markdown"].is_file()
+    assert paths["markdown"] == paths["md"] == folder / "report.md"
+    assert paths["markdown"].is_file()
     pngs = sorted((folder / "report_files").glob("*.png"))
     assert len(pngs) >= 3
     assert {p for k, p in paths.items() if k.startswith("image:")} == set(pngs)

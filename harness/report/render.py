@@ -147,8 +147,8 @@ def render_markdown(ctx: ReportContext, image_dir: Path | None = None) -> str:
 def write_report(ctx: ReportContext, folder: Path) -> dict[str, Path]:
     """Write ``report.html``, ``report.md`` and ``report_files/*.png`` into ``folder``.
 
-    Returns ``{"html": …, "markdown": …, "images": <report_files>}`` plus one
-    ``"image:<file name>"`` entry per plot.
+    Returns ``{"html": …, "markdown": …, "md": <the same>, "images": <report_files>}`` plus
+    one ``"image:<file name>"`` entry per plot.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -158,6 +158,7 @@ def write_report(ctx: ReportContext, folder: Path) -> dict[str, Path]:
     html_path, md_path = folder / "report.html", folder / "report.md"
     html_path.write_text(_html(view), encoding="utf-8")
     md_path.write_text(_markdown(view, f"{IMAGE_FOLDER}/"), encoding="utf-8")
-    out: dict[str, Path] = {"html": html_path, "markdown": md_path, "images": image_dir}
+    out: dict[str, Path] = {"html": html_path, "markdown": md_path, "md": md_path,
+                            "images": image_dir}
     out.update({f"image:{name}": path for name, path in written.items()})
     return out
