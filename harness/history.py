@@ -107,18 +107,21 @@ def format_history(frame: pd.DataFrame, name: str) -> str:
     """The readable table of :func:`history_frame`."""
     if frame.empty:
         return f"{name}: no versions"
-    table = pd.DataFrame(
-        {
-            "version": frame["version"].astype(str)
-            + frame["aliases"].map(lambda a: f" @{a.replace(',', ' @')}" if a else ""),
-            "date": frame["date"],
-            "decision": frame["decision"],
-            "metric (CI), lift (CI) vs baseline": frame["shown"],
-            "alias": frame["alias_action"],
-            "run": frame["run"],
-        }
-    )
-    return f"{name}: {len(frame)} row(s)\n" + table.to_string(index=False)
+    columns = {
+        "version": frame["version"].astype(str)
+        + frame["aliases"].map(lambda a: f" @{a.replace(',', ' @')}" if a else ""),
+        "date": frame["date"],
+        "decision": frame["decision"],
+        "metric [CI], lift [CI] vs baseline": frame["shown"],
+        "alias": frame["alias_action"],
+        "parent run": frame["run"],
+    }
+    widths = {k: max(len(k), *(len(str(v)) for v in col)) for k, col in columns.items()}
+    lines = ["  ".join(k.ljust(widths[k]) for k in columns).rstrip()]
+    for i in range(len(frame)):
+        cells = (str(col.iloc[i]).ljust(widths[k]) for k, col in columns.items())
+        lines.append("  ".join(cells).rstrip())
+    return f"{name}: {len(frame)} row(s)\n" + "\n".join(lines)
 
 
 def plot_history(frame: pd.DataFrame, metric: str, path: Path) -> Path:

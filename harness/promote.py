@@ -61,9 +61,10 @@ class Promotion:
 
 
 def _failing_rules(decision: Any) -> list[str]:
-    """The rules of a decision that did not pass, as ``rule metric (segment): status — reason``."""
+    """The rules of a decision that did not pass, as ``rule metric (segment): status`` (their
+    reasons are printed with the gate decision and kept in the registry record)."""
     return [
-        f"{r.rule} {r.metric} ({r.segment}): {r.status} — {r.reason}"
+        f"{r.rule} {r.metric} ({r.segment}): {r.status}"
         for r in decision.rules
         if r.status not in ("pass", "not_applicable")
     ]
@@ -181,7 +182,7 @@ def evaluation_record(
         "experiment": experiment,
         "candidate": pair.candidate,
         "baseline": pair.baseline,
-        "baseline_uri": baseline_uri,
+        "baseline_uri": baseline_uri,  # the registered version it was, when it is one
         "decision": decision.decision,
         "rules": [
             f"{r.rule} {r.metric} ({r.segment}): {r.status} — {r.reason[:_MAX_REASON]}"
@@ -216,7 +217,7 @@ def headline_text(record: Mapping[str, Any], metric: str | None = None) -> str:
     lift_ci = f" [{_pct(lift_low)}, {_pct(lift_high)}]" if lift_low is not None else ""
     return (
         f"{metric} {_val(entry.get('value'))}{ci}, lift {_pct(entry.get('lift'))}{lift_ci} "
-        f"vs {record.get('baseline')}"
+        f"vs {record.get('baseline_uri') or record.get('baseline')}"
     )
 
 
@@ -304,6 +305,11 @@ def promote_run(
             pair = by_candidate[plan.candidate]
             base = result.outcomes.get(pair.baseline)
             base_info = (base.info or {}) if base is not None else {}
+            base_uri = (
+                f"models:/{base_info['info.name']}/{base_info['info.version']}"
+                if base_info.get("info.name") is not None
+                else None
+            )
             outcome = result.outcomes[plan.candidate]
             record = evaluation_record(
                 pair,
@@ -313,7 +319,7 @@ def promote_run(
                 experiment=experiment,
                 headline=headline or pair.gsb_metric,
                 confidence=confidence,
-                baseline_uri=base_info.get("info.model_uri"),
+                baseline_uri=base_uri,
                 alias=alias,
                 plan=plan,
                 date=date,

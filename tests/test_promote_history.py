@@ -57,7 +57,7 @@ def test_plan_promotes_go_only_and_never_two_versions_at_once() -> None:
     assert set(plans) == {"v2", "v3", "v4"}
     assert plans["v2"].action == "promote"
     assert plans["v3"].action == "refuse"
-    assert plans["v3"].reason == "NO_GO against base: primary ndcg@10 (all): fail — lift +10%"
+    assert plans["v3"].reason == "NO_GO against base: primary ndcg@10 (all): fail"
     assert plans["v4"].action == "refuse" and "inconclusive" in plans["v4"].reason
 
     both = {"a": _decision("a", "GO"), "b": _decision("b", "GO")}
@@ -230,7 +230,7 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
     assert mv.tags["harness.latest.run"] == second_run
     assert mv.tags["harness.latest.promotion"] == "@champion: moved here (was version 1)"
     assert mv.description.startswith("**Offline evaluation ") and ": GO** against" in mv.description
-    assert "models:/reco@champion" in mv.description  # the baseline, as it was resolved
+    assert "against `models:/reco/1`" in mv.description  # the baseline, the version it was
 
     # the registry record carries the numbers the run logged on the candidate's child run
     record = json.loads(mv.tags[f"harness.eval.{second_run}"])
@@ -273,7 +273,7 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
     assert rows[1].split()[:2] == ["2", "@champion"] and "NO_GO" in rows[1]
     assert rows[1].rstrip().endswith(first_run) and "refused @champion" in rows[1]
     assert "GO" in rows[2].split() and rows[2].rstrip().endswith(second_run)
-    assert f"ndcg@10 {ndcg['value']:.4f}" in rows[2]
+    assert f"ndcg@10 {ndcg['value']:.4f}" in rows[2] and rows[2].count("vs models:/reco/1") == 1
     png = (tmp_path / "history.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
