@@ -576,7 +576,7 @@ def check_usable(split: Split, frame: pd.DataFrame | None = None) -> Split:
     first = int(ts.min()) if ts is not None else s.get("train_time_min")
     last = int(ts.max()) if ts is not None else s.get("train_time_max")
     if s.get("n_train_events", 1) == 0:
-        if ts is not None and first == last:
+        if ts is not None and first is not None and first == last:
             raise DataError(
                 f"{name}: every event is at one timestamp ({_iso(first)}), so no event is "
                 f"before the test ones; the training set is empty"
