@@ -686,3 +686,21 @@ def test_verdict_and_opening_lines_from_hand_made_stats(real: dict[str, Any]) ->
     assert ("Unseen in training, kept: 1 of 4 test users (25.0%) and 2 of 8 test events (25.0%); "
             "0 of 2 validation users (0.0%) and 0 of 4 validation events (0.0%)") in head
     assert "Filtered: 3 events, 1 users, 0 items removed from training" in head
+
+
+def test_unseen_line_says_none_when_nothing_is_unseen() -> None:
+    from harness.report.view import unseen_line
+
+    stats = {"unseen_policy": "drop", "n_test_users": 5, "n_test_events": 9,
+             "test_dropped_users": 0, "test_dropped_events": 0, "n_valid_events": 0}
+    assert unseen_line(stats) == (
+        "Dropped (unseen in training)",
+        "none: every test user and item is in training (split.unseen=drop)",
+    )
+    dropped = {**stats, "test_dropped_users": 1, "test_dropped_events": 3}
+    assert unseen_line(dropped) == (  # shares of the test part before dropping: 1/6, 3/12
+        "Dropped (unseen in training)",
+        "1 of 6 test users (16.7%) and 3 of 12 test events (25.0%): user or item not in "
+        "training (split.unseen=drop)",
+    )
+    assert unseen_line({"n_test_users": 5}) is None  # no policy recorded: nothing to say

@@ -230,7 +230,7 @@ def unseen_line(stats: Mapping[str, Any]) -> tuple[str, str] | None:
         value = stats.get(key)
         return int(value) if value is not None and finite(value) else 0
 
-    out = []
+    out, parts, unseen = [], [], 0
     for part in ("test", "valid"):
         if not finite(stats.get(f"n_{part}_users"), stats.get(f"n_{part}_events")):
             continue
@@ -244,6 +244,8 @@ def unseen_line(stats: Mapping[str, Any]) -> tuple[str, str] | None:
         else:
             du, de = count(f"{part}_unseen_users"), count(f"{part}_unseen_events")
             all_users, all_events = users, events
+        parts.append(name)
+        unseen += du + de
         out.append(
             f"{fmt_count(du)} of {fmt_count(all_users)} {name} users "
             f"({fmt_share(du, all_users)}) and {fmt_count(de)} of {fmt_count(all_events)} "
@@ -252,6 +254,10 @@ def unseen_line(stats: Mapping[str, Any]) -> tuple[str, str] | None:
     if not out:
         return None
     label = "Dropped (unseen in training)" if policy == "drop" else "Unseen in training, kept"
+    if not unseen:
+        every = " and ".join(parts)
+        return label, (f"none: every {every} user and item is in training "
+                       f"(split.unseen={policy})")
     return label, f"{'; '.join(out)}: user or item not in training (split.unseen={policy})"
 
 
