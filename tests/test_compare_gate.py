@@ -232,6 +232,10 @@ def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(tmp_pa
     logged = knn.data.metrics["compare.all.ndcg_at_10.gsb_delta"]
     line = next(x for x in done.stdout.splitlines() if x.strip().startswith("ndcg@10"))
     assert float(line.split()[-1]) == pytest.approx(logged, abs=5e-5)
+    typo = cli(pop.info.run_id, knn.info.run_id, "gate.primary.metric=ndgc@10")
+    assert typo.returncode == 2 and typo.stderr.startswith("error: gate.primary.metric='ndgc@10'")
+    undecided = cli(pop.info.run_id, knn.info.run_id, "--enforce", "--gate", "none")
+    assert undecided.returncode == 12, undecided.stderr  # no gate, no decision: never a pass
     refused = cli(other_split_pop.info.run_id, knn.info.run_id)
     assert refused.returncode == 2 and "different splits" in refused.stderr
     _, after = _child_runs(tmp_path)
