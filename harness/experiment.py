@@ -302,8 +302,10 @@ def _with_score_metrics(
     per_user = ev.per_user.copy()
     pos = pd.Index(users).get_indexer(per_user.index)
     summary = dict(ev.summary)
+    weight = ev.options.get("gauc_weight", "candidates")  # the same convention as evaluate's
     for name in names:
-        per, summary[name] = metrics.scores.score_metric(metrics.parse(name).metric, counts)
+        metric = metrics.parse(name).metric
+        per, summary[name] = metrics.scores.score_metric(metric, counts, gauc_weight=weight)
         per_user[name] = np.where(pos >= 0, per[np.maximum(pos, 0)], np.nan)
     undefined = int(np.isnan(metrics.scores.user_auc(counts)).sum())
     return replace(

@@ -223,7 +223,9 @@ def _finish(
         elif d.kind == "score":
             auc_counts = auc_counts or _auc_counts(acc)
             counts["auc_undefined_users"] = int(np.isnan(scores.user_auc(auc_counts)).sum())
-            values[:], summary[name] = scores.score_metric(spec.metric, auc_counts)
+            values[:], summary[name] = scores.score_metric(
+                spec.metric, auc_counts, gauc_weight=getattr(opts, "gauc_weight", "candidates")
+            )
         elif d.kind == "rating":
             sse, sae, n = acc.errors
             counts["rating_pairs"] = int(n.sum())

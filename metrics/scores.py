@@ -115,12 +115,16 @@ def global_auc(score: np.ndarray, relevant: np.ndarray) -> float:
     return float(auc(np.zeros(len(score), np.int64), score, relevant, 1)[0])
 
 
-def score_metric(metric: str, counts: AucCounts) -> tuple[np.ndarray, float]:
+def score_metric(
+    metric: str, counts: AucCounts, *, gauc_weight: str = "candidates"
+) -> tuple[np.ndarray, float]:
     """Per-user values and the summary of ``auc``, ``gauc`` or ``global_auc`` from ``counts``.
 
     ``auc``: mean of the defined per-user AUCs; ``gauc``: their mean weighted by each user's
-    number of scored candidates (``n_pos + n_neg``); ``global_auc``: pooled wins over all
-    (relevant, irrelevant) pairs of all users, no per-user value.
+    number of scored candidates (``gauc_weight="candidates"``: ``n_pos + n_neg``, the project's
+    convention) or of relevant candidates (``"positives"``: ``n_pos``, RecBole's);
+    ``global_auc``: pooled wins over all (relevant, irrelevant) pairs of all users, no per-user
+    value.
 
     >>> c = AucCounts(np.array([2.0, 0.5]), np.array([2, 1]), np.array([1, 3]), 2.5)
     >>> round(score_metric("gauc", c)[1], 6), round(score_metric("global_auc", c)[1], 6)
@@ -131,7 +135,12 @@ def score_metric(metric: str, counts: AucCounts) -> tuple[np.ndarray, float]:
         ok = ~np.isnan(per)
         return per, float(per[ok].mean()) if ok.any() else float("nan")
     if metric == "gauc":
-        return per, gauc(per, np.asarray(counts.n_pos, np.float64) + counts.n_neg)
+        if gauc_weight not in ("candidates", "positives"):
+            raise ValueError(
+                f"'gauc_weight' must be 'candidates' or 'positives' (got {gauc_weight!r})"
+            )
+        weight = np.asarray(counts.n_pos, np.float64)
+        return per, gauc(per, weight + counts.n_neg if gauc_weight == "candidates" else weight)
     if metric == "global_auc":
         pairs = float(np.sum(counts.n_pos, dtype=np.float64) * np.sum(counts.n_neg))
         value = counts.pooled_wins / pairs if pairs > 0 else float("nan")

@@ -111,6 +111,11 @@ def test_score_metric_aggregates_by_hand() -> None:
     assert score_metric("auc", counts)[1] == pytest.approx((1.0 + 0.5 / 3) / 2)
     # gauc weights: candidates per user (3 and 4)
     assert score_metric("gauc", counts)[1] == pytest.approx((3 * 1.0 + 4 * 0.5 / 3) / 7)
+    # RecBole's weights: relevant candidates per user (2 and 1)
+    by_positives = score_metric("gauc", counts, gauc_weight="positives")[1]
+    assert by_positives == pytest.approx((2 * 1.0 + 1 * 0.5 / 3) / 3)
+    with pytest.raises(ValueError, match="gauc_weight"):
+        score_metric("gauc", counts, gauc_weight="users")
     with pytest.raises(ValueError, match="not a score metric"):
         score_metric("ndcg", counts)
 
