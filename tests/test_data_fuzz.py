@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -134,14 +135,8 @@ def test_random_object_frames_are_validated_or_refused_in_one_line() -> None:
             picks = rng.integers(0, len(VALUE_POOL), n)
             columns[col] = pd.Series([VALUE_POOL[k] for k in picks], dtype=object)
         frame = pd.DataFrame(columns)
-        outcomes[
-            check_outcome(
-                lambda frame=frame: validate_interactions(
-                    frame, source="frame", duplicates="keep_all"
-                ),
-                "frame",
-            )
-        ] += 1
+        load = partial(validate_interactions, frame, source="frame", duplicates="keep_all")
+        outcomes[check_outcome(load, "frame")] += 1
     assert outcomes["error"] > 100 and outcomes["ok"] > 0, outcomes
 
 
