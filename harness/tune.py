@@ -384,7 +384,7 @@ class _Context:
     suite: MetricSuite
     spec: TuneSpec
     evaluate: Evaluator
-    tracker: Any | None
+    tracker: Any  # a harness.tracking.Tracker, or None
 
 
 def tune_models(
@@ -397,7 +397,7 @@ def tune_models(
     study_names: Mapping[str, str],
     *,
     evaluate: Evaluator = metrics.evaluate,
-    tracker: Any | None = None,
+    tracker: Any = None,
     progress: bool = True,
 ) -> dict[str, TuneOutcome]:
     """Tune each model of ``spaces`` on ``split``'s validation part; return the outcomes.
@@ -681,8 +681,7 @@ def _fmt(value: Any) -> str:
 
 def spec_of(cfg: DictConfig) -> TuneSpec:
     """The typed ``tune/`` config."""
-    node = OmegaConf.to_container(cfg.get("tune") or {}, resolve=True) or {}
-    assert isinstance(node, dict)
+    node = _plain_dict(cfg.tune, "tune") if cfg.get("tune") is not None else {}
     node.pop("result", None)
     known = set(TuneSpec.__dataclass_fields__)
     unknown = sorted(set(node) - known)
@@ -691,12 +690,20 @@ def spec_of(cfg: DictConfig) -> TuneSpec:
     return TuneSpec(**node)
 
 
+def _plain_dict(node: Any, where: str) -> dict[str, Any]:
+    """A config node as a plain dict (interpolations resolved, ``???`` an error)."""
+    plain = OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+    if not isinstance(plain, dict):
+        raise ValueError(f"'{where}' must be a mapping (got {plain!r})")
+    return {str(k): v for k, v in plain.items()}
+
+
 def _model_nodes(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     """Every selected model's config as plain values (interpolations resolved)."""
     out = {}
     for name, node in (cfg.get("model") or {}).items():
-        plain = OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
-        if not isinstance(plain, dict) or not plain.get("_target_"):
+        plain = _plain_dict(node, f"model.{name}")
+        if not plain.get("_target_"):
             raise ValueError(f"model {name!r} has no _target_ (the class to build)")
         out[str(name)] = plain
     if not out:
@@ -709,9 +716,8 @@ def _builder(cfg: DictConfig, name: str) -> Callable[[dict[str, Any]], Recommend
     from harness.cli import build_models
 
     def build(params: dict[str, Any]) -> Recommender:
-        node = OmegaConf.to_container(cfg.model[name], resolve=True, throw_on_missing=True)
-        assert isinstance(node, dict)
-        engine = OmegaConf.to_container(cfg.get("engine") or {}, resolve=True)
+        node = _plain_dict(cfg.model[name], f"model.{name}")
+        engine = _plain_dict(cfg.engine, "engine") if cfg.get("engine") is not None else {}
         # debug: a build error must fail the trial with its own message
         sub = OmegaConf.create(
             {"model": {name: {**node, **params}}, "engine": engine, "debug": True}
@@ -745,9 +751,8 @@ def tune(cfg: DictConfig) -> int:
             "e.g. model=[popularity,item_knn]"
         )
     runs_dir = Path(cfg.runs_dir)
-    dataset = load_dataset(OmegaConf.to_container(cfg.dataset, resolve=True))  # type: ignore[arg-type]
-    split_params = OmegaConf.to_container(cfg.split, resolve=True)
-    assert isinstance(split_params, dict)
+    dataset = load_dataset(_plain_dict(cfg.dataset, "dataset"))
+    split_params = _plain_dict(cfg.split, "split")
     method = split_params.pop("method")
     split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
     key = split_cache_key(dataset.frame, method, split_params)
