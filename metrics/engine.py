@@ -128,8 +128,7 @@ def _arrow_strings(series: pd.Series) -> pa.ChunkedArray | None:
 
 def _as_strings(values: object) -> pa.Array:
     """A few distinct ids as an Arrow ``large_string`` array (ids other than str via ``str``)."""
-    text = pd.Index(values).astype(str)
-    return pa.array(np.asarray(text, dtype=object), type=pa.large_string())
+    return pa.array(pd.Index(values).astype(str)).cast(pa.large_string())
 
 
 #: Arrow id columns are dictionary-encoded in pieces of at least this many rows, on threads.
@@ -204,7 +203,7 @@ def _link(coded: list[_Coded], pool: Executor | None) -> tuple[list[np.ndarray],
             jobs.append((next(maps), codes, out[lo : lo + len(codes)]))
             lo += len(codes)
         keys.append(out)
-    _map(pool, lambda job: np.take(job[0], job[1], out=job[2]), jobs)
+    _map(pool, lambda job: np.take(job[0], job[1], out=job[2], mode="clip"), jobs)  # unbuffered
     return keys, enc.dictionary.take(pa.array(order))
 
 
@@ -230,21 +229,29 @@ def _group_rows(
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | _Coded]:
     """Group run rows by user: (row order or None if already grouped, group starts, group ids).
 
-    Group ids are int64 for integer ids, else coded strings. A grouped Arrow column costs one
+    Group ids are int64 for integer ids, else coded strings. A grouped column costs one
     comparison of neighbours; only each group's first id is encoded.
     """
     if _is_int(series):
         return _group_codes(series.to_numpy(dtype=np.int64))
     data = _arrow_strings(series)
+    firsts: pa.Array | None = None
     if data is not None and len(data) > 1:
         change = pc.not_equal(data.slice(1), data.slice(0, len(data) - 1))
         starts = np.concatenate(([0], np.flatnonzero(change.to_numpy()) + 1))
         firsts = data.take(pa.array(starts)).combine_chunks().cast(pa.large_string())
-        if pc.count_distinct(firsts).as_py() == len(firsts):
-            return None, np.append(starts, len(data)), _Coded([np.arange(len(starts))], [firsts])
-    (keys,), distinct = _link([_codes(series, pool)], pool)
-    order, group_start, group_keys = _group_codes(keys)
-    return order, group_start, _Coded([group_keys], [distinct])
+    elif data is None and not isinstance(series.dtype, pd.CategoricalDtype):
+        values = series.to_numpy(dtype=object)  # object or python strings: compared in place
+        starts = _runs(values)
+        firsts = _as_strings(values[starts])
+    if firsts is not None and pc.count_distinct(firsts).as_py() == len(firsts):
+        return None, np.append(starts, len(series)), _Coded([np.arange(len(starts))], [firsts])
+    coded = _codes(series, pool)
+    if len(coded.codes) > 1:  # pieces with their own dictionaries: one code space first
+        (keys,), distinct = _link([coded], pool)
+        coded = _Coded([keys], [distinct])
+    order, group_start, group_codes = _group_codes(coded.codes[0])
+    return order, group_start, _Coded([group_codes], coded.values)
 
 
 def _unique(ids: np.ndarray) -> np.ndarray:
