@@ -199,8 +199,9 @@ def _evaluate(
 
     Score metrics (AUC family) are computed over every candidate the model scored: with
     ``candidates`` over those; with the full catalog over every ranked item when the model scores
-    the catalog (``recommend_with_auc``), else over its top-k lists only (said in
-    ``outcome.notes``); ``outcome.info["auc_scope"]`` is ``candidates``, ``catalog`` or ``topk``.
+    the catalog (``recommend_with_auc``), else over its top-k lists and their scores only (said
+    in ``outcome.notes``); ties count 1/2 in every case. ``outcome.info["auc_scope"]`` is
+    ``candidates``, ``catalog`` or ``topk``.
     """
     users = np.sort(qrels["user"].unique())
     score_names = [n for n in suite.names if metrics.parse(n).definition.kind == "score"]
@@ -212,6 +213,7 @@ def _evaluate(
         # The model's order is the ranking: score by rank so no tie rule can reorder its list.
         recs = outcome.recommendations
         run = pd.DataFrame({"user": recs["user"], "item": recs["item"], "score": -recs["rank"]})
+        scored = recs[["user", "item", "score"]]  # the model's scores: AUC counts ties as 1/2
     else:
         run, unscored = _candidate_run(model, candidates, users)
         outcome.recommendations = _top_of(run, suite.k)
@@ -222,12 +224,16 @@ def _evaluate(
     run = run.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
     rating = [n for n in suite.names if metrics.parse(n).definition.kind == "rating"]
     ranking = [n for n in suite.names if n not in rating]
-    asked = [n for n in ranking if auc_counts is None or n not in score_names] or ranking
+    asked = [n for n in ranking if candidates is not None or n not in score_names] or ranking
     ev = evaluate(
         qrels, run, asked, train=split.train, catalog=catalog, **suite.evaluate_options()
     )
     if auc_counts is not None:
-        ev = _with_score_metrics(ev, ranking, score_names, users, auc_counts)
+        ev = _with_scores(ev, _catalog_scores(auc_counts, users, score_names, ev.options), ranking)
+    elif candidates is None and score_names:
+        scored = scored.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
+        top = evaluate(qrels, scored, score_names, **suite.evaluate_options())
+        ev = _with_scores(ev, top, ranking)
     if rating:
         rated, note = _rating_metrics(model, split, rating, suite, evaluate)
         if note:
@@ -290,29 +296,36 @@ def _relevant_pairs(qrels: pd.DataFrame, suite: MetricSuite) -> pd.DataFrame:
     return qrels.loc[qrels["relevance"] >= threshold, ["user", "item"]]
 
 
-def _with_score_metrics(
-    ev: metrics.Evaluation,
-    order: list[str],
-    names: list[str],
-    users: np.ndarray,
-    counts: metrics.scores.AucCounts,
+def _catalog_scores(
+    counts: metrics.scores.AucCounts, users: np.ndarray, names: list[str], options: dict[str, Any]
 ) -> metrics.Evaluation:
-    """``ev`` with the score metrics ``names`` computed from catalog-wide AUC ``counts`` of
-    ``users`` (summary, per-user columns, undefined count); columns and keys in ``order``."""
-    per_user = ev.per_user.copy()
-    pos = pd.Index(users).get_indexer(per_user.index)
-    summary = dict(ev.summary)
-    weight = ev.options.get("gauc_weight", "candidates")  # the same convention as evaluate's
+    """The score metrics ``names`` of ``users`` from their catalog-wide AUC ``counts``."""
+    weight = options.get("gauc_weight", "candidates")  # the same convention as evaluate's
+    summary, per_user = {}, {}
     for name in names:
         metric = metrics.parse(name).metric
-        per, summary[name] = metrics.scores.score_metric(metric, counts, gauc_weight=weight)
-        per_user[name] = np.where(pos >= 0, per[np.maximum(pos, 0)], np.nan)
+        per_user[name], summary[name] = metrics.scores.score_metric(
+            metric, counts, gauc_weight=weight
+        )
     undefined = int(np.isnan(metrics.scores.user_auc(counts)).sum())
+    frame = pd.DataFrame(per_user, index=pd.Index(users, name="user"))
+    return metrics.Evaluation(summary, frame, options, {"auc_undefined_users": undefined})
+
+
+def _with_scores(
+    ev: metrics.Evaluation, scores: metrics.Evaluation, order: list[str]
+) -> metrics.Evaluation:
+    """``ev`` with its score metrics (summary, per-user columns, undefined count) taken from
+    ``scores``; keys and columns in ``order``."""
+    names = list(scores.summary)
+    summary = ev.summary | scores.summary
+    per_user = ev.per_user.drop(columns=[n for n in names if n in ev.per_user.columns])
+    per_user = per_user.join(scores.per_user[names], how="left")
     return replace(
         ev,
         summary={n: summary[n] for n in order},
         per_user=per_user[order],
-        counts=ev.counts | {"auc_undefined_users": undefined},
+        counts=ev.counts | {"auc_undefined_users": scores.counts["auc_undefined_users"]},
     )
 
 

@@ -311,15 +311,18 @@ def test_harness_matches_sklearn_on_synthetic_data(split: Split, tmp_path: Path)
 def test_harness_topk_scope_for_a_model_without_catalog_scoring(tmp_path: Path) -> None:
     path = tmp_path / "scores.csv"
     pd.DataFrame(
-        {"user": [1, 1, 1, 4, 4], "item": [12, 13, 14, 10, 12], "score": [0.9, 0.8, 0.7, 0.5, 0.4]}
+        {"user": [1, 1, 1, 4, 4], "item": [12, 13, 14, 10, 12], "score": [0.9, 0.8, 0.7, 0.5, 0.5]}
     ).to_csv(path, index=False)
     result = _run({"file": PrecomputedScores(path)}, tmp_path / "out")
     outcome = result.outcomes["file"]
     assert outcome.ok, outcome.error
     assert outcome.info["auc_scope"] == "topk"
     assert any("top-2 list only" in note and "auc" in note for note in outcome.notes)
-    # user 1's list [12, 13]: relevant 12 above 13 -> 1.0; user 4's [10, 12]: 10 above 12 -> 1.0
-    assert outcome.evaluation.summary["auc"] == pytest.approx(1.0)
+    # user 1's list [12, 13]: relevant 12 above 13 -> 1.0; user 4's [10, 12]: relevant 10 tied
+    # with 12 -> 1/2 (its rank would say 1.0)
+    assert outcome.evaluation.per_user["auc"].to_dict() == pytest.approx({1: 1.0, 4: 0.5})
+    assert outcome.evaluation.summary["auc"] == pytest.approx(0.75)
+    assert outcome.evaluation.summary["precision@2"] == pytest.approx(0.5)
     saved = (tmp_path / "out" / "file" / "result.json").read_text()
     assert '"auc_scope": "topk"' in saved
 
