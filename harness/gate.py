@@ -396,15 +396,15 @@ def _relative_rule(
         value = _unbounded(diff)
         ci = (_unbounded(lo), _unbounded(hi)) if per_user else (value, value)
         status = _judge(ci, bar, strict=strict)
-        spread = f" ({ci_name} {lo:+.4f} to {hi:+.4f})" if per_user else ""
-        return result(
-            status,
-            value,
-            ci,
-            f"{pair.baseline} scores 0 on {metric} ({segment}), so the relative change is "
-            f"unbounded; judged on the difference {diff:+.4f}{spread} vs {against}: "
-            + _WORDS[kind][status],
-        )
+        spread = f" ({ci_name} {lo:+.4g} to {hi:+.4g})" if per_user else ""
+        if ci == (0.0, 0.0):
+            why = f"both models score 0 on {metric} ({segment}): no change"
+        else:
+            why = (
+                f"{pair.baseline} scores 0 on {metric} ({segment}), so the relative change is "
+                f"unbounded; judged on the difference {diff:+.4g}{spread}"
+            )
+        return result(status, value, ci, f"{why} vs {against}: " + _WORDS[kind][status])
     lift = _number(row, "lift") * sign
     if not per_user:
         status = _judge((lift, lift), bar, strict=strict)
