@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from harness.data import ITEM, USER, check_text_file, normalize_ids
+from harness.data import ITEM, USER, normalize_ids, read_text_table
 from harness.errors import DataError
 from harness.split import Split
 
@@ -121,10 +121,7 @@ def _read_file(path: str) -> pd.DataFrame:
         if p.suffix.lower() in (".parquet", ".pq"):
             frame = pd.read_parquet(p)
         else:
-            check_text_file(p, "csv", path)
-            frame = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{path}: the candidates file is empty (no header, no rows)") from None
+            frame = read_text_table(p, "csv", path)
     except (pd.errors.ParserError, UnicodeDecodeError, pa.ArrowException, OSError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise DataError(f"{path}: cannot read the candidates file: {first}") from None

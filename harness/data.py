@@ -48,6 +48,7 @@ __all__ = [
     "check_text_file",
     "load_interactions",
     "normalize_ids",
+    "read_text_table",
     "validate_interactions",
 ]
 
@@ -312,6 +313,16 @@ def check_text_file(path: str | os.PathLike[str], kind: str, source: str) -> Non
                 f"{source}: not UTF-8 text (byte 0x{head[exc.start]:02x} at byte {exc.start}); "
                 f"save the {kind.upper()} as UTF-8"
             ) from None
+
+
+def read_text_table(
+    path: str | os.PathLike[str], kind: str = "csv", source: str = ""
+) -> pd.DataFrame:
+    """A CSV/TSV with every column as text, checked like interaction files (UTF-8 text, a
+    header, no row longer than it); for other tables read by the harness (candidates)."""
+    source = source or str(path)
+    found = _file_columns(path, kind, source)
+    return _read_text_table(path, kind, source, len(found))
 
 
 def _read_text_table(

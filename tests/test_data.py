@@ -457,3 +457,24 @@ def test_degenerate_splits_are_data_errors() -> None:
         check_usable(loo, frame)
     fine = make_split(frame, "random", test_ratio=0.5, unseen="keep")
     assert check_usable(fine, frame) is fine
+
+
+def test_three_thousand_day_first_times_match_strptime(tmp_path: Path) -> None:
+    # the reproduction: 3,000 day-first times, 121 of which "mixed" moved by months
+    rng = np.random.default_rng(14)
+    seconds = epoch(2023, 1, 1) + rng.integers(0, 365 * 86_400 // 60, 3_000) * 60
+    seconds[0] = epoch(2023, 7, 5, 10)  # "05/07/2023 10:00" first: reads either way
+    stamps = [dt.datetime.fromtimestamp(int(s), UTC) for s in seconds]
+    text = "user,item,timestamp\n" + "".join(
+        f"{i % 50},{i},{t.strftime('%d/%m/%Y %H:%M')}\n" for i, t in enumerate(stamps)
+    )
+    df = load_interactions(write(tmp_path, text))
+    expected = [
+        int(
+            dt.datetime.strptime(t.strftime("%d/%m/%Y %H:%M"), "%d/%m/%Y %H:%M")
+            .replace(tzinfo=UTC)
+            .timestamp()
+        )
+        for t in stamps
+    ]
+    assert df["timestamp"].tolist() == expected == seconds.tolist()

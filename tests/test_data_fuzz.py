@@ -312,3 +312,25 @@ def test_csv_and_parquet_of_the_same_data_give_the_same_metrics(tmp_path: Path) 
         tables[kind] = pd.read_csv(tmp_path / kind / found[0].strip() / "summary.csv")
     assert len(tables["csv"]) == 2
     pd.testing.assert_frame_equal(tables["csv"], tables["parquet"])
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"", "empty file"),
+        (b"user,item\n", "has no rows"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00" * 20, "not a CSV text file"),
+        (b"user,item\n1,2\n1,3,4\n", "line 3"),
+        (b"user,item\nabc,1\n70,2\n70.0,3\n", "differ only in number formatting"),
+        (b"user,other\n1,2\n", "column 'item' is missing"),
+    ],
+)
+def test_bad_candidates_files_name_the_file(tmp_path: Path, content: bytes, fragment: str) -> None:
+    from harness.candidates import _read_file
+
+    path = tmp_path / "cands.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataError) as info:
+        _read_file(str(path))
+    message = str(info.value)
+    assert message.startswith(str(path)) and fragment in message and "\n" not in message
