@@ -781,6 +781,7 @@ def tune(cfg: DictConfig) -> int:
         tracker = Tracker(
             str(cfg.tracking.uri), f"{cfg.name}-tuning", cfg.tracking.get("artifacts")
         )
+        _active["tracker"] = tracker
     cand = (cfg.get("candidates") or {}).get("kind", "full")
     if cand != "full":
         print(f"note: tuning ranks the full catalog; the final test run uses candidates={cand}")
@@ -797,14 +798,19 @@ def tune(cfg: DictConfig) -> int:
             tracker=tracker,
             progress=True,
         )
-    failed = [o for o in outcomes.values() if o.error]
+    _active.clear()
+    failed = [o.model for o in outcomes.values() if o.error]
+    if failed:
+        then = "the test run uses their configured parameters" if spec.refit else "not refitted"
+        print(f"WARNING: tuning failed for {', '.join(failed)}: {then}", file=sys.stderr)
     if not spec.refit:
-        return 1 if failed else 0
+        return EXIT_TUNING_FAILED if failed else 0
     final = final_config(cfg, outcomes, method)
     print("\nrefit with the best parameters on train + validation, evaluated once on test:")
     from harness.cli import run
 
-    return run(final)
+    code = run(final)
+    return code or (EXIT_TUNING_FAILED if failed else 0)
 
 
 def final_config(cfg: DictConfig, outcomes: Mapping[str, TuneOutcome], method: str) -> DictConfig:
@@ -836,6 +842,11 @@ def _default_group(argv: list[str]) -> list[str]:
     return ["+tune=default", *argv]
 
 
+#: The tuning tracker, so an interrupt can end its open runs as KILLED.
+_active: dict[str, Any] = {}
+EXIT_TUNING_FAILED, EXIT_INTERRUPTED = 1, 130
+
+
 def main() -> None:
     """Hydra entry point of ``python -m harness.tune``; one-line errors, exit code 2."""
     import hydra
@@ -865,6 +876,15 @@ def main() -> None:
                 message = f"'{err.full_key}' must be set, e.g. {err.full_key}=..."
             print(f"error: {message}", file=sys.stderr)
             holder["code"] = EXIT_BAD_INPUT
+        except KeyboardInterrupt:
+            tracker = _active.pop("tracker", None)
+            if tracker is not None:
+                tracker.abort("KILLED")
+            print(
+                "error: interrupted; finished trials are stored: rerun the same command to resume",
+                file=sys.stderr,
+            )
+            holder["code"] = EXIT_INTERRUPTED
 
     _main()
     sys.exit(holder["code"])

@@ -376,3 +376,43 @@ def test_a_killed_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
         "3": "FINISHED",
         "4": "FINISHED",
     }
+
+
+def test_failing_trials_are_recorded_and_the_others_go_on(tmp_path: Path) -> None:
+    frame = generate(n_users=120, n_items=60, n_events=2400, seed=4)
+    split = make_split(frame, "global_time", cut=0.8, valid_cut=0.6)
+    dataset = Dataset("synthetic", frame, "synthetic")
+    suite = MetricSuite(k=10, names=("ndcg@10",))
+    space = {"weight": parse_dimension("weight", "float(0.5, 2)")}
+
+    def picky(params: dict[str, Any]) -> Recording:
+        if params["weight"] > 1.25:
+            raise ValueError(f"weight {params['weight']} is too heavy")
+        return Recording(**params)
+
+    def never(params: dict[str, Any]) -> Recording:
+        raise ValueError("cannot build")
+
+    spec = TuneSpec(trials=6, sampler="random", storage=str(tmp_path / "tuning"))
+    outcomes = tune_models(
+        dataset,
+        split,
+        {"picky": picky, "never": never},
+        {"picky": space, "never": space},
+        suite,
+        spec,
+        {"picky": "picky-study", "never": "never-study"},
+        progress=False,
+    )
+    trials = outcomes["picky"].trials
+    heavy = trials["param.weight"] > 1.25
+    assert heavy.any() and (~heavy).any()  # both kinds occur with this seed
+    assert (trials.loc[heavy, "state"] == "FAIL").all()
+    assert (trials.loc[~heavy, "state"] == "COMPLETE").all()
+    assert trials.loc[heavy, "error"].str.startswith("ValueError: weight").all()
+    assert outcomes["picky"].error is None and outcomes["picky"].best_params["weight"] <= 1.25
+    assert list(outcomes["never"].trials["state"]) == ["FAIL"] * 6
+    assert outcomes["never"].error == (
+        "no trial of never completed (last error: ValueError: cannot build)"
+    )
+    assert outcomes["never"].best_params == {}
