@@ -129,7 +129,11 @@ def sizing_of(
         for name, outcome in result.outcomes.items()
         if outcome.evaluation is not None
     }
-    gated = {c: getattr(d, "decision", d) for c, d in decisions.items()} if decisions else None
+    gated = (
+        {c: getattr(d, "decision", d) for c, d in decisions.items()}
+        if getattr(gspec, "enabled", False)
+        else None
+    )
     return sizing_rows(pairs, per_user, cspec, metric=metric, decisions=gated)
 
 
