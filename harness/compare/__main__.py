@@ -78,11 +78,11 @@ def _specs(gate: str, baseline: str, overrides: Sequence[str]) -> tuple[CompareS
 
     with initialize_config_module(config_module="harness.configs", version_base=None):
         cfg = compose("config", overrides=[f"gate={gate}", *overrides])
-    node = OmegaConf.to_container(cfg.compare, resolve=True)
+    node: dict[str, Any] = OmegaConf.to_container(cfg.compare, resolve=True)  # type: ignore[assignment]
     node["baseline"] = baseline
     if node.get("metrics") is not None:
         node["metrics"] = tuple(node["metrics"])
-    gate_node = OmegaConf.to_container(cfg.gate, resolve=True)
+    gate_node: dict[str, Any] = OmegaConf.to_container(cfg.gate, resolve=True)  # type: ignore[assignment]
     return CompareSpec(**node), GateSpec(**gate_node), cfg
 
 
