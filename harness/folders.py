@@ -145,12 +145,18 @@ def checkpoint(stage: str, folder: Path | None = None) -> None:
 def usable_runs_dir(runs_dir: str | os.PathLike[str]) -> str | None:
     """Why ``runs_dir`` cannot hold results (one line naming the path), or None when it can.
 
-    Creates it when missing, then writes and removes a probe file in it and in its ``results``.
+    Creates it when missing, then writes and removes a probe file in it and, when it exists
+    already, in its ``results`` folder (which must be a folder).
     """
     root = Path(runs_dir)
     for path in (root, root / "results"):
+        if path != root and not os.path.lexists(path):
+            continue
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            if path == root:
+                path.mkdir(parents=True, exist_ok=True)
+            elif not path.is_dir():
+                raise NotADirectoryError(20, "Not a directory", str(path))
             handle, probe = tempfile.mkstemp(dir=path, prefix=".probe-")
             os.close(handle)
             os.unlink(probe)

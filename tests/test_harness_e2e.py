@@ -204,7 +204,7 @@ def test_mlflow_params_tags_and_dataset_inputs(local: LocalRuns) -> None:
     assert re.fullmatch(r"[0-9a-f]{64}", tags["dataset.sha256"]), tags
     assert re.fullmatch(r"[0-9a-f]{64}", tags["split.sha256"]), tags
     folder = results_folder(local.first, local.cwd)
-    assert folder.name.endswith(tags["split.sha256"][:8])
+    assert f"-{tags['split.sha256'][:8]}-" in folder.name
     assert Path(tags["results.folder"]) == folder.resolve()
     assert tags["split.method"] == "global_time"
 
