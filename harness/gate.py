@@ -84,6 +84,9 @@ class GateSpec:
             self, "sanity", (sanity,) if isinstance(sanity, str) else tuple(map(str, sanity))
         )
         object.__setattr__(self, "guardrails", tuple(self.guardrails or ()))
+        from harness.promote import check_alias
+
+        object.__setattr__(self, "promote", check_alias(self.promote))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ The registry is the tracking store's (the default of ``model=mlflow``).
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ __all__ = [
     "EVAL_TAG",
     "LATEST_TAG",
     "Promotion",
+    "check_alias",
     "evaluation_record",
     "format_promotion",
     "mean_ci",
@@ -58,6 +60,26 @@ class Promotion:
     decision: str
     action: str  # promote | refuse
     reason: str
+
+
+def check_alias(alias: object) -> str | None:
+    """``gate.promote`` as a valid registry alias (None: off); a one-line ValueError otherwise,
+    before any model runs (MLflow's rule: letters, digits, ``_`` and ``-``; ``latest`` and
+    ``vN`` are reserved)."""
+    if alias is None:
+        return None
+    text = str(alias)
+    if (
+        not isinstance(alias, str)
+        or not re.fullmatch(r"[\w\-]{1,255}", text)
+        or text.lower() == "latest"
+        or re.fullmatch(r"[vV]\d+", text)
+    ):
+        raise ValueError(
+            "'gate.promote' must be a registry alias such as champion (letters, digits, _ and -; "
+            f"not 'latest' or vN) (got {alias!r})"
+        )
+    return text
 
 
 def _failing_rules(decision: Any) -> list[str]:

@@ -286,3 +286,19 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
     ]
     bad_metric = _history(url, work, "reco", "--metric", "nope@3")
     assert bad_metric.returncode == 2 and len(bad_metric.stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_alias_is_a_one_line_error_before_any_model_runs(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "tracking=none", "gate.promote=latest"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: 'gate.promote' must be a registry alias such as champion (letters, digits, _ "
+        "and -; not 'latest' or vN) (got 'latest')"
+    ]
+    assert "dataset" not in proc.stdout  # nothing was loaded or fitted
