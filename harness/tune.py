@@ -275,11 +275,6 @@ def validation_view(split: Split) -> Split:
     )
 
 
-def final_split_params(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The split parameters with validation turned off (training = train + validation)."""
-    return {**params, **VALIDATION_OFF.get(method, {})}
-
-
 def _study_name(model: str, split_name: str, split_key: str, payload: Mapping[str, Any]) -> str:
     """``<model>-<split>-<hash>``: the hash covers the data and split (``split_key``), the
     objective, suite, fixed parameters and search space, so any change starts a new study."""
