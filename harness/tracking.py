@@ -116,8 +116,13 @@ def _store_lock(uri: str) -> Iterator[None]:
 
 
 def _quoted(value: str) -> str:
-    """A string literal for an MLflow search filter."""
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A string literal for an MLflow search filter (which has no escapes: pick the quote)."""
+    text = str(value)
+    if "'" not in text:
+        return f"'{text}'"
+    if '"' not in text:
+        return f'"{text}"'
+    raise ValueError(f"cannot search MLflow for a tag value with both quote kinds: {text!r}")
 
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import metrics
-from harness.tracking import Tracker, flatten, metric_key
+from harness.tracking import Tracker, configure_http, flatten, metric_key
 
 # MLflow's rule for metric and param names (mlflow.utils.validation, non-Windows), anchored.
 MLFLOW_KEY = re.compile(r"[\w\-./ :]+")
@@ -205,6 +205,119 @@ def test_metric_key_output_is_accepted_by_mlflow_for_path_like_names(tmp_path: P
     tracker = Tracker(f"sqlite:///{tmp_path}/t.db", "paths")
     run = tracker.start("r")
     tracker.log(run, metrics={"gsb/ndcg@10/": 1.0, "a//b": 2.0})
+
+
+# ------------------------------------------------- retries, ending open runs, replaying a plan
+
+
+def test_configure_http_sets_mlflow_env_vars(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT", raising=False)
+    configure_http(1, 2.5)
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "1"
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "2"
+    from mlflow.environment_variables import (
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES,
+        MLFLOW_HTTP_REQUEST_TIMEOUT,
+    )
+
+    assert (MLFLOW_HTTP_REQUEST_MAX_RETRIES.get(), MLFLOW_HTTP_REQUEST_TIMEOUT.get()) == (1, 2)
+    configure_http(None, None)  # None: left as it is
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "1"
+    for bad in (-1, True, "3"):
+        with pytest.raises(ValueError, match=r"tracking\.retries"):
+            configure_http(bad, None)  # type: ignore[arg-type]
+
+
+def test_abort_ends_open_runs_killed_and_find_by_tag(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/t.db"
+    tracker = Tracker(uri, "abort")
+    parent = tracker.start("p", {"harness.folder_id": "abc"})
+    done = tracker.start("a", {"harness.folder_id": "abc", "model": "a"}, parent=parent)
+    tracker.finish(done)
+    open_child = tracker.start("b", {"harness.folder_id": "abc", "model": "b"}, parent=parent)
+    other = Tracker(uri, "abort").start("q", {"harness.folder_id": "it's other"})
+    assert tracker.open_runs == [parent, open_child]
+    assert tracker.abort("KILLED") == []
+    assert tracker.open_runs == []
+    client = MlflowClient(uri)
+    status = {r: client.get_run(r).info.status for r in (parent, done, open_child, other)}
+    assert status == {parent: "KILLED", done: "FINISHED", open_child: "KILLED", other: "RUNNING"}
+    found = tracker.find({"harness.folder_id": "abc"})
+    assert {r.info.run_id for r in found} == {parent, done, open_child}
+    kids = tracker.find({"harness.folder_id": "abc", "model": "b"}, parent=parent)
+    assert [r.info.run_id for r in kids] == [open_child]
+    assert [r.info.run_id for r in tracker.find({"harness.folder_id": "it's other"})] == [other]
+
+
+def test_replay_from_the_saved_plan_is_idempotent_and_completes(tmp_path: Path) -> None:
+    """A plan saved as JSON and read back logs the same numbers; a second replay adds nothing;
+    a replay after a child run was lost (deleted) creates only that child again."""
+    import json
+
+    from mlflow import MlflowClient
+
+    from harness.datasets import Dataset
+    from harness.experiment import MetricSuite, run_models
+    from harness.models.baselines import PopularityModel, RandomModel
+    from harness.record import plan, replay, save_plan
+    from harness.split import make_split
+    from harness.synthetic import generate
+
+    frame = generate(n_users=60, n_items=40, n_events=900, seed=3)
+    split = make_split(frame, "leave_one_out")
+    folder = tmp_path / "results"
+    result = run_models(
+        Dataset("tiny", frame, "synthetic:tiny"),
+        split,
+        {"pop": PopularityModel(), "rnd": RandomModel(seed=1)},
+        MetricSuite(k=5, names=("ndcg@5", "recall@5")),
+        folder,
+        progress=False,
+    )
+    saved = plan(
+        result,
+        run_name="tiny-run",
+        config={"seed": 0, "split": {"method": "leave_one_out"}},
+        split_key="k" * 64,
+        model_params={"pop": {"_target_": "x.Pop"}},
+        folder_id="folder-1",
+    )
+    loaded = json.loads(save_plan(saved, folder).read_text())
+    uri = f"sqlite:///{tmp_path}/t.db"
+    ids = replay(Tracker(uri, "replay"), loaded, folder)
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("replay").experiment_id
+
+    def snapshot() -> dict[str, tuple]:
+        return {
+            r.info.run_name: (r.info.status, dict(r.data.metrics), len(r.inputs.dataset_inputs))
+            for r in client.search_runs([exp])
+        }
+
+    first = snapshot()
+    assert set(first) == {"tiny-run", "pop", "rnd"}
+    assert all(status == "FINISHED" for status, _, _ in first.values())
+    for name in ("pop", "rnd"):
+        summary = result.outcomes[name].evaluation.summary
+        assert first[name][1]["ndcg_at_5"] == summary["ndcg@5"]
+        assert first["tiny-run"][1][f"{name}.recall_at_5"] == summary["recall@5"]
+    assert first["tiny-run"][2] == 2  # training and test inputs
+    again = replay(Tracker(uri, "replay"), loaded, folder)
+    assert again == ids and snapshot() == first
+    client.delete_run(ids["rnd"])
+    third = replay(Tracker(uri, "replay"), loaded, folder)
+    # the parent is complete: nothing is logged again (a deleted run stays deleted)
+    assert third == {k: v for k, v in ids.items() if k != "rnd"}
+    client.set_tag(ids["parent"], "harness.logged", "partial")
+    fourth = replay(Tracker(uri, "replay"), loaded, folder)
+    assert fourth["parent"] == ids["parent"] and fourth["pop"] == ids["pop"]
+    assert fourth["rnd"] != ids["rnd"]
+    assert snapshot() == first
+    params = client.get_run(fourth["pop"]).data.params
+    assert params["model._target_"] == "x.Pop"
 
 
 # --------------------------------------------------------------- a real MLflow tracking server
