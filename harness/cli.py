@@ -3,7 +3,9 @@
 The only module that sees a ``DictConfig``: it instantiates models and hands typed objects to
 :mod:`harness.experiment`. Exit codes: 0 success, 1 a model failed, 2 bad input or config,
 3 results saved locally but MLflow logging failed; with ``gate.enforce=true``, 10 for NO_GO and
-11 for INCONCLUSIVE (after an otherwise successful run) and 12 when no decision was taken.
+11 for INCONCLUSIVE (after an otherwise successful run) and 12 when no decision was taken;
+130 interrupted by SIGINT, 143 by SIGTERM (open MLflow runs ended as KILLED, an unfinished
+results folder left marked INCOMPLETE).
 """
 
 from __future__ import annotations
