@@ -193,6 +193,25 @@ def test_recommend_with_auc_rejects_bad_input(split: Split) -> None:
         model.recommend_with_auc(np.array([1]), 3, np.array([1, 2]), np.array([2]))
 
 
+class OwnRanking(PopularityModel):
+    """Overrides ``recommend`` (its lists may differ from the base ranking of ``_score``), so
+    the catalog path, which ranks with the base class, must not be used for it."""
+
+    def recommend(self, users, k, *, exclude_seen=None):
+        return super().recommend(users, k, exclude_seen=exclude_seen)
+
+
+def test_only_models_ranking_from_score_count_the_catalog(split: Split, tmp_path: Path) -> None:
+    assert PopularityModel().scores_catalog and ItemKNN().scores_catalog
+    assert not OwnRanking().scores_catalog
+    path = tmp_path / "s.csv"
+    pd.DataFrame({"user": [1], "item": [2], "score": [1.0]}).to_csv(path, index=False)
+    model = PrecomputedScores(path).fit(split.train)
+    assert not model.scores_catalog
+    with pytest.raises(TypeError, match="does not score the whole catalog"):
+        model.recommend_with_auc(np.array([1]), 3, np.array([1]), np.array([2]))
+
+
 # --------------------------------------------------------------------------- the harness
 
 # Hand-made data: popularity 10:3, 11:2, 12:2, 13:2, 14:1, 15:1, 16:1.

@@ -282,9 +282,13 @@ class BaseRecommender:
 
     @property
     def scores_catalog(self) -> bool:
-        """True when the model ranks the whole catalog from ``_score`` (so ``recommend_with_auc``
-        works); False for models that only return lists (e.g. ``PrecomputedScores``)."""
-        return type(self)._score is not BaseRecommender._score
+        """True when the model ranks the whole catalog from ``_score`` with the base ``recommend``
+        (so ``recommend_with_auc`` gives the same lists); False for models that only return lists
+        (e.g. ``PrecomputedScores``) or rank their own way."""
+        cls = type(self)
+        return cls._score is not BaseRecommender._score and (
+            cls.recommend is BaseRecommender.recommend
+        )
 
     def recommend(
         self, users: np.ndarray, k: int, *, exclude_seen: bool | None = None
