@@ -466,6 +466,8 @@ def _stop(signum: int) -> NoReturn:
 def _os_error(err: OSError) -> str:
     """One line for an unusable folder or file: the path and what is wrong with it."""
     where = err.filename if err.filename is not None else "a results folder"
+    if isinstance(err, FileExistsError | NotADirectoryError):
+        return f"cannot create a folder at {where}: a file is in the way ({err.strerror})"
     return f"cannot write {where}: {err.strerror or err} (check runs_dir and free disk space)"
 
 

@@ -404,6 +404,13 @@ def test_unusable_runs_dir_is_one_line(tmp_path: Path) -> None:
     proc = _run(tmp_path, *QUICK, "tracking=none")
     assert proc.returncode == 2
     assert "runs/results" in _one_error_line(proc.stderr)
+    (tmp_path / "runs" / "results").unlink()
+    (tmp_path / "runs" / "results").mkdir()
+    (tmp_path / "runs" / "results" / "blocked").write_text("a file where the name folder goes")
+    proc = _run(tmp_path, *QUICK, "tracking=none", "name=blocked", "model=[popularity]")
+    assert proc.returncode == 2
+    line = _one_error_line(proc.stderr)
+    assert "runs/results/blocked" in line and "a file is in the way" in line
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
