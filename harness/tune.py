@@ -732,6 +732,10 @@ def tune(cfg: DictConfig) -> int:
 
     spec = spec_of(cfg)
     suite = suite_of(cfg)
+    if spec.refit:  # what would stop the test run (e.g. a baseline not selected): before tuning
+        from harness.cli import checked_gate, compare_spec_of, gate_spec_of
+
+        checked_gate(cfg, compare_spec_of(cfg), gate_spec_of(cfg), suite)
     nodes = _model_nodes(cfg)
     spaces = {}
     for name, node in nodes.items():

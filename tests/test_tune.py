@@ -416,3 +416,10 @@ def test_failing_trials_are_recorded_and_the_others_go_on(tmp_path: Path) -> Non
         "no trial of never completed (last error: ValueError: cannot build)"
     )
     assert outcomes["never"].best_params == {}
+
+
+def test_a_config_the_test_run_would_reject_fails_before_any_trial(tmp_path: Path) -> None:
+    cfg = cfg_of(tmp_path, "model=[item_knn]", "split.valid_cut=0.6", "tracking=none")
+    with pytest.raises(ValueError, match="not among the selected models"):
+        tune(cfg)
+    assert not (tmp_path / "runs" / "tuning").exists()
