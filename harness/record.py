@@ -223,7 +223,7 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
     for child in the_plan["children"]:
         name = child["name"]
         run = existing.get(name)
-        if _done(run):
+        if run is not None and _done(run):
             ids[name] = run.info.run_id
             continue
         if run is None:

@@ -226,6 +226,7 @@ class Tracker:
     ) -> None:
         """Record a dataset input from its description (row count and column dtypes): the same
         schema and profile MLflow derives from the frame, without needing the data."""
+        from mlflow.data.pandas_dataset import from_pandas
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         def empty(dtype: str) -> pd.Series:
@@ -236,12 +237,10 @@ class Tracker:
 
         frame = pd.DataFrame({c: empty(d) for c, d in dtypes.items()})
         # MLflow resolves `source` to a known kind (a path, a URI); other origins go in the name.
-        where = source if source is not None and Path(source).exists() else None
+        where = {"source": source} if source is not None and Path(source).exists() else {}
         with warnings.catch_warnings():  # MLflow's schema hint about integer columns: not ours
             warnings.simplefilter("ignore", UserWarning)
-            dataset = self._mlflow.data.from_pandas(
-                frame, source=where, name=name, digest=digest[:36]
-            )
+            dataset = from_pandas(frame, name=name, digest=digest[:36], **where)
             entity = dataset._to_mlflow_entity()
         profile = {"num_rows": int(num_rows), "num_elements": int(num_rows) * len(dtypes)}
         entity = Dataset(
