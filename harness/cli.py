@@ -11,6 +11,7 @@ results folder left marked INCOMPLETE).
 from __future__ import annotations
 
 import inspect
+import math
 import signal
 import sys
 import time
@@ -221,13 +222,20 @@ def format_verdicts(
     (``sanity`` baselines: marked as not gated)."""
     lines = []
     for pair in pairs:
-        row = pair.row(pair.gsb_metric)
+        row = pair.row(pair.gsb_metric) if "metric" in pair.table.columns else None
         head = f"{pair.candidate} vs {pair.baseline}"
-        if row is not None and "gsb_delta" in row:
+        if row is not None and math.isfinite(float(row.get("gsb_delta", math.nan))):
             head += (
                 f": ΔGSB({pair.gsb_metric}) {row['gsb_delta']:+.3f} "
                 f"[{row['gsb_ci_low']:+.3f}, {row['gsb_ci_high']:+.3f}], "
-                f"lift {row['lift']:+.2%} [{row['lift_ci_low']:+.2%}, {row['lift_ci_high']:+.2%}]"
+            )
+            lift = [float(row.get(k, math.nan)) for k in ("lift", "lift_ci_low", "lift_ci_high")]
+            head += (
+                f"lift {lift[0]:+.2%} [{lift[1]:+.2%}, {lift[2]:+.2%}]"
+                if all(map(math.isfinite, lift))
+                else "lift undefined (the baseline scores 0)"
+                if row.get("mean_a") == 0
+                else "no lift CI"
             )
         if pair.candidate in sanity:
             head += " (sanity baseline, not gated)"

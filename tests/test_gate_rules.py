@@ -480,3 +480,31 @@ def test_split_that_drops_most_test_users_warns_with_counts(tmp_path: Path) -> N
     (tmp_path / "quiet").mkdir()
     quiet = harness(tmp_path / "quiet", *overrides, "warn_dropped_share=0.99")
     assert quiet.returncode == 0 and "WARNING: the split dropped" not in quiet.stderr
+
+
+def test_terminal_block_has_no_nan_and_marks_sanity_baselines() -> None:
+    from harness.cli import format_verdicts
+
+    zero = row(mean_a=0.0, lift=math.nan, lift_ci_low=math.nan, lift_ci_high=math.nan)
+    pairs = [
+        PairComparison("base", "cand", pd.DataFrame([zero]), "ndcg@10"),
+        PairComparison("base", "random", pd.DataFrame([row()]), "ndcg@10"),
+        PairComparison("base", "empty", pd.DataFrame(), "ndcg@10"),
+    ]
+    decisions = {"cand": decide(pairs[0], GateSpec(primary=PRIMARY))}
+    text = format_verdicts(pairs, decisions, "GO", sanity=("random",))
+    lines = text.splitlines()
+    assert lines[0] == (
+        "cand vs base: ΔGSB(ndcg@10) +0.300 [+0.100, +0.500], "
+        "lift undefined (the baseline scores 0)"
+    )
+    # diff CI [0.02, 0.08] > 0 over a zero baseline: an unbounded lift clears any bar
+    assert lines[1:3] == ["  gate: GO", lines[2]] and lines[2].startswith(
+        "    primary ndcg@10 (all): pass — base scores 0 on ndcg@10 (all)"
+    )
+    assert lines[3] == (
+        "random vs base: ΔGSB(ndcg@10) +0.300 [+0.100, +0.500], lift +25.00% [+10.00%, +40.00%] "
+        "(sanity baseline, not gated)"
+    )
+    assert lines[4] == "empty vs base" and lines[-1] == "overall gate decision: GO"
+    assert not BAD_WORDS.search(text)
