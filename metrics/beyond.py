@@ -1,10 +1,40 @@
-"""Beyond-accuracy metrics of a whole run: coverage, novelty, Gini, popularity."""
+"""Beyond-accuracy metrics: coverage, novelty, Gini, popularity, diversity, unexpectedness,
+serendipity, miscalibration, exposure, and the gap of a metric between user groups.
+
+Per-user kernels take the batch's recommended items as rows ``rows[u, j]`` into an item matrix
+(see :mod:`metrics.side`) with ``valid[u, j]`` masking padding; a user with too few items for a
+value gets NaN. Nothing loops over users or pairs of items: sums of item vectors come from one
+sparse selector product, and ``Σ_{i<j} v_i·v_j = (‖Σ v‖² − Σ ‖v‖²) / 2``.
+"""
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["coverage", "gini", "novelty", "popularity"]
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+__all__ = [
+    "GroupGap",
+    "coverage",
+    "exposure",
+    "gini",
+    "group_gap",
+    "history_similarity",
+    "intra_list_jaccard",
+    "intra_list_similarity",
+    "miscalibration",
+    "novelty",
+    "popularity",
+    "selector",
+    "serendipity",
+    "unexpectedness",
+]
+
+#: Cells (users × list length × dimensions) gathered at once by the dense kernels.
+_CHUNK_CELLS = 1 << 22
 
 
 def coverage(recommended: np.ndarray, catalog_size: int) -> float:
@@ -62,3 +92,243 @@ def popularity(count: np.ndarray, valid: np.ndarray) -> np.ndarray:
     out = np.full(len(n), np.nan)
     np.divide(np.where(valid, count, 0.0).sum(axis=1), n, out=out, where=n > 0)
     return out
+
+
+def selector(rows: np.ndarray, valid: np.ndarray, n_rows: int) -> sp.csr_matrix:
+    """Sparse ``users × n_rows`` matrix with a 1 at each valid (user, item row)."""
+    counts = valid.sum(axis=1)
+    indptr = np.concatenate(([0], np.cumsum(counts)))
+    return sp.csr_matrix(
+        (np.ones(int(indptr[-1])), rows[valid], indptr), shape=(rows.shape[0], n_rows)
+    )
+
+
+def _row_sq_norms(matrix: np.ndarray | sp.spmatrix) -> np.ndarray:
+    if sp.issparse(matrix):
+        return np.asarray(matrix.multiply(matrix).sum(axis=1)).ravel()
+    return np.einsum("ij,ij->i", matrix, matrix)
+
+
+def intra_list_similarity(
+    vectors: np.ndarray | sp.csr_matrix, rows: np.ndarray, valid: np.ndarray
+) -> np.ndarray:
+    """Per-user mean pairwise dot product of the list's (L2-normalised) item vectors.
+
+    ``(‖Σ_j v_j‖² − Σ_j ‖v_j‖²) / (n (n − 1))`` over the ``n`` valid items; NaN when ``n < 2``.
+
+    >>> v = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    >>> intra_list_similarity(v, np.array([[0, 1, 2]]), np.ones((1, 3), bool)).round(6).tolist()
+    [0.466667]
+    """
+    n = valid.sum(axis=1).astype(np.float64)
+    total = selector(rows, valid, vectors.shape[0]) @ vectors
+    self_sq = np.where(valid, _row_sq_norms(vectors)[rows], 0.0).sum(axis=1)
+    out = np.full(len(n), np.nan)
+    np.divide(_row_sq_norms(total) - self_sq, n * (n - 1), out=out, where=n >= 2)
+    return out
+
+
+def intra_list_jaccard(binary: sp.csr_matrix, rows: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per-user mean pairwise Jaccard similarity ``|A ∩ B| / |A ∪ B|`` of the items' 0/1 feature
+    sets (0 for two items without features); NaN when fewer than 2 items.
+
+    >>> b = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]]))
+    >>> intra_list_jaccard(b, np.array([[0, 1]]), np.ones((1, 2), bool)).round(6).tolist()
+    [0.333333]
+    """
+    users, width = rows.shape
+    n = valid.sum(axis=1).astype(np.float64)
+    sums = np.zeros(users)
+    step = max(1, _CHUNK_CELLS // max(1, width * width * 4, width * binary.shape[1]))
+    for lo in range(0, users, step):
+        r, ok = rows[lo : lo + step], valid[lo : lo + step]
+        dense = binary[r.ravel()].toarray().reshape(*r.shape, binary.shape[1])
+        dense *= ok[..., None]
+        inter = np.einsum("uid,ujd->uij", dense, dense)
+        size = np.einsum("uii->ui", inter)
+        union = size[:, :, None] + size[:, None, :] - inter
+        jac = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+        pair = ok[:, :, None] & ok[:, None, :] & ~np.eye(width, dtype=bool)[None]
+        sums[lo : lo + step] = np.where(pair, jac, 0.0).sum(axis=(1, 2))
+    out = np.full(users, np.nan)
+    np.divide(sums, n * (n - 1), out=out, where=n >= 2)
+    return out
+
+
+def history_similarity(
+    vectors: np.ndarray | sp.csr_matrix,
+    rows: np.ndarray,
+    valid: np.ndarray,
+    history: sp.csr_matrix,
+) -> np.ndarray:
+    """Mean similarity of each recommended item to the user's history items: ``float[b, c]``.
+
+    ``history`` is the ``users × item rows`` 0/1 selector of each batch user's distinct history
+    items; ``v_i · (Σ_h v_h) / |H_u|``. NaN where the user has no history or at padding.
+    """
+    size = np.asarray(history.sum(axis=1)).ravel()
+    users, width = rows.shape
+    out = np.full(rows.shape, np.nan)
+    dense = not sp.issparse(vectors)
+    d = vectors.shape[1]
+    step = max(1, _CHUNK_CELLS // max(1, width * (d if dense else 64)))
+    for lo in range(0, users, step):
+        r = rows[lo : lo + step]
+        summed = history[lo : lo + step] @ vectors
+        if dense:
+            dots = np.einsum("ucd,ud->uc", vectors[r], summed)
+        else:
+            owner = np.repeat(np.arange(r.shape[0]), width)
+            dots = (
+                np.asarray(vectors[r.ravel()].multiply(sp.csr_matrix(summed)[owner]).sum(axis=1))
+                .ravel()
+                .reshape(r.shape)
+            )
+        h = size[lo : lo + step, None]
+        np.divide(dots, h, out=out[lo : lo + step], where=(h > 0) & valid[lo : lo + step])
+    return out
+
+
+def unexpectedness(unexpected: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per-user mean of ``unexpected[u, j]`` over the list (1/0 for the popularity method, the
+    dissimilarity to the history for the history method); NaN for an empty list or where any
+    valid entry is NaN (no history).
+
+    >>> unexpectedness(np.array([[1.0, 0.0, 1.0, 9.0]]), np.array([[1, 1, 1, 0]], bool)).tolist()
+    [0.6666666666666666]
+    """
+    n = valid.sum(axis=1)
+    total = np.where(valid, unexpected, 0.0).sum(axis=1)
+    out = np.full(len(n), np.nan)
+    np.divide(total, n, out=out, where=n > 0)
+    return out
+
+
+def serendipity(unexpected: np.ndarray, hits: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per-user mean over the list of ``unexpected[u, j] · relevant[u, j]``.
+
+    >>> serendipity(np.array([[1.0, 1.0, 0.0]]), np.array([[1, 0, 1]], bool),
+    ...             np.ones((1, 3), bool)).tolist()
+    [0.3333333333333333]
+    """
+    return unexpectedness(np.where(hits, unexpected, 0.0), valid)
+
+
+def miscalibration(p: sp.csr_matrix, q: sp.csr_matrix, alpha: float) -> np.ndarray:
+    """Per-user ``KL(p ‖ q̃) = Σ_g p_g log(p_g / q̃_g)``, ``q̃ = (1 − α) q + α p`` (Steck 2018).
+
+    ``p`` (history) and ``q`` (list) are ``users × categories`` distributions; a user whose ``p``
+    is empty (no categorised history) gets NaN. Natural logarithm.
+
+    >>> p = sp.csr_matrix(np.array([[0.5, 0.5]])); q = sp.csr_matrix(np.array([[1.0, 0.0]]))
+    >>> round(float(miscalibration(p, q, 0.01)[0]), 6)
+    1.958518
+    """
+    p, q = sp.csr_matrix(p), sp.csr_matrix(q)
+    coo = p.tocoo()
+    pg = coo.data
+    qg = np.asarray(q[coo.row, coo.col]).ravel()
+    mixed = (1.0 - alpha) * qg + alpha * pg
+    with np.errstate(divide="ignore"):
+        terms = np.where(pg > 0, pg * np.log(pg / mixed), 0.0)
+    out = np.bincount(coo.row, weights=terms, minlength=p.shape[0])
+    mass = np.asarray(p.sum(axis=1)).ravel()
+    return np.where(mass > 0, out, np.nan)
+
+
+def exposure(in_group: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Position-discounted exposure ``Σ_j 1/log2(j + 1)`` of a group's items and of the whole
+    list, per user: ``(group exposure, list exposure)``.
+
+    >>> g, t = exposure(np.array([[False, True]]), np.ones((1, 2), bool))
+    >>> round(float(g[0] / t[0]), 6)
+    0.386853
+    """
+    width = valid.shape[1]
+    disc = 1.0 / np.log2(np.arange(2, width + 2, dtype=np.float64))
+    weight = np.where(valid, disc[None, :], 0.0)
+    return np.where(in_group, weight, 0.0).sum(axis=1), weight.sum(axis=1)
+
+
+@dataclass(frozen=True)
+class GroupGap:
+    """Gap of a metric between user groups: largest minus smallest group mean, its percentile
+    bootstrap CI (users resampled within each group), each group's mean and size."""
+
+    metric: str
+    gap: float
+    ci: tuple[float, float]
+    means: dict[str, float]
+    sizes: dict[str, int]
+    dropped: int
+    confidence: float
+    n_resamples: int
+
+
+def group_gap(
+    per_user: pd.DataFrame,
+    user_groups: pd.Series | pd.DataFrame,
+    metric: str,
+    *,
+    groups: Sequence[str] | None = None,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> GroupGap:
+    """Gap ``max_g mean_g − min_g mean_g`` of ``per_user[metric]`` between user groups, with CI.
+
+    ``user_groups`` maps users to groups (a Series indexed by user, or a DataFrame with columns
+    ``user, group``); ``groups`` picks which groups to compare (default: all). Users with a NaN
+    value or no group are left out (``dropped``). With two groups the gap is ``|mean_a − mean_b|``.
+
+    >>> pu = pd.DataFrame({"ndcg": [1.0, 0.0, 0.5, 0.5]}, index=pd.Index([1, 2, 3, 4], name="user"))
+    >>> g = group_gap(pu, pd.Series(["a", "a", "b", "b"], index=[1, 2, 3, 4]), "ndcg")
+    >>> g.gap, g.means
+    (0.0, {'a': 0.5, 'b': 0.5})
+    """
+    from metrics import stats
+
+    if metric not in per_user.columns:
+        raise ValueError(
+            f"per_user has no column {metric!r}; it has {list(map(str, per_user.columns))}"
+        )
+    if isinstance(user_groups, pd.DataFrame):
+        for column in ("user", "group"):
+            if column not in user_groups.columns:
+                raise ValueError(f"user_groups is missing column {column!r}")
+        user_groups = user_groups.set_index("user")["group"]
+    if user_groups.index.has_duplicates:
+        user = user_groups.index[user_groups.index.duplicated()][0]
+        raise ValueError(f"user_groups has user {user!r} twice")
+    label = user_groups.reindex(per_user.index).astype(object)
+    values = per_user[metric].to_numpy(dtype=np.float64)
+    keep = ~np.isnan(values) & label.notna().to_numpy()
+    names = sorted(map(str, pd.unique(label[keep]))) if groups is None else [str(g) for g in groups]
+    if len(names) < 2:
+        raise ValueError(f"group_gap needs at least two user groups with values (got {names})")
+    label_text = label.astype(str).to_numpy()
+    columns = []
+    for name in names:
+        col = values[keep & (label_text == name)]
+        if col.size == 0:
+            raise ValueError(f"user group {name!r} has no user with a value of {metric!r}")
+        columns.append(col)
+    means = np.array([c.mean() for c in columns])
+    resampled = np.column_stack(
+        [
+            stats._resample_stats([c], "mean", n_resamples, seed + i)[:, 0]
+            for i, c in enumerate(columns)
+        ]
+    )
+    spread = resampled.max(axis=1) - resampled.min(axis=1)
+    used = keep & np.isin(label_text, names)
+    return GroupGap(
+        metric=metric,
+        gap=float(means.max() - means.min()),
+        ci=stats._percentile_ci(spread, confidence),
+        means={n: float(m) for n, m in zip(names, means, strict=True)},
+        sizes={n: int(c.size) for n, c in zip(names, columns, strict=True)},
+        dropped=int(len(values) - used.sum()),
+        confidence=confidence,
+        n_resamples=n_resamples,
+    )

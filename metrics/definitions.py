@@ -148,3 +148,62 @@ for _name, _kernel, _text, _agg, _hib, _bounded in [
             needs_relevant=False,
         )
     )
+for _name, _text, _agg, _hib, _bounded, _needs in [
+    (
+        "diversity",
+        "intra-list diversity 1 − mean_{i<j} sim(i, j) over the top-k (cosine of item features, "
+        "embeddings or training co-occurrence; NaN for lists of < 2 items)",
+        "mean",
+        True,
+        False,
+        False,
+    ),
+    (
+        "unexpectedness",
+        "share of the top-k outside the popularity top-k of training (serendipity_method="
+        "'popularity'), or mean 1 − mean similarity to the user's history ('history')",
+        "mean",
+        True,
+        False,
+        False,
+    ),
+    (
+        "serendipity",
+        "mean over the top-k of unexpected(i) · relevant(i) (unexpected as in unexpectedness)",
+        "mean",
+        True,
+        False,
+        True,
+    ),
+    (
+        "miscalibration",
+        "KL(p ‖ (1 − α) q + α p) of the category distributions of the history (p) and the "
+        "top-k (q), α = calibration_alpha",
+        "mean",
+        False,
+        False,
+        False,
+    ),
+    (
+        "exposure",
+        "share of position-discounted exposure Σ 1/log2(rank + 1) that an item group receives "
+        "(exposure_<group>@k; groups from item_groups or popularity head/mid/tail)",
+        "pooled",
+        True,
+        True,
+        False,
+    ),
+]:
+    register(
+        MetricDef(
+            _name,
+            "run",
+            {"diversity": beyond.intra_list_similarity}.get(_name) or getattr(beyond, _name),
+            _text,
+            cutoff="optional",
+            higher_is_better=_hib,
+            bounded=_bounded,
+            aggregation=_agg,
+            needs_relevant=_needs,
+        )
+    )

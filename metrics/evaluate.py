@@ -13,6 +13,7 @@ from metrics import beyond, ranking, rating, scores
 from metrics.engine import Batch, Prepared, batches, prepare
 from metrics.options import Options, resolve_options
 from metrics.registry import MetricSpec, parse
+from metrics.side import SIDE_METRICS, BeyondInputs
 
 __all__ = ["Evaluation", "evaluate"]
 
@@ -64,9 +65,18 @@ def _depth(specs: list[MetricSpec]) -> int | None:
 class _Accumulator:
     """Per-user columns and pooled sums filled batch by batch."""
 
-    def __init__(self, prep: Prepared, specs: list[tuple[str, MetricSpec]], opts: Options):
+    def __init__(
+        self,
+        prep: Prepared,
+        specs: list[tuple[str, MetricSpec]],
+        opts: Options,
+        side: BeyondInputs | None = None,
+    ):
         n = len(prep.users)
-        self.prep, self.specs, self.opts = prep, specs, opts
+        self.prep, self.specs, self.opts, self.side = prep, specs, opts, side
+        self.exposure: dict[str, tuple[np.ndarray, np.ndarray]] = {
+            name: (np.zeros(n), np.zeros(n)) for name, s in specs if s.metric == "exposure"
+        }
         self.values = {name: np.full(n, np.nan) for name, _ in specs}
         self.hits: dict[int | None, np.ndarray] = {}
         self.nret: dict[int | None, np.ndarray] = {}
@@ -95,7 +105,22 @@ class _Accumulator:
                 c = j.cut(spec.k)
                 valid = np.arange(c)[None, :] < j.n_ret[:, None]
                 top = batch.top_items[:, :c]
-                self.top.setdefault(spec.k, []).append(top[valid])
+                if spec.metric in ("coverage", "gini"):
+                    self.top.setdefault(spec.k, []).append(top[valid])
+                if spec.metric in SIDE_METRICS and self.side is not None:
+                    value = self.side.per_user(
+                        spec,
+                        self.prep.item_ids(top[valid]),
+                        valid,
+                        j.hits[:, :c],
+                        self.prep.users[users],
+                    )
+                    if spec.metric == "exposure":
+                        num, den = self.exposure[name]
+                        num[users], den[users] = value
+                        with np.errstate(invalid="ignore", divide="ignore"):
+                            value = np.where(value[1] > 0, value[0] / value[1], np.nan)
+                    self.values[name][users] = value
                 if spec.metric in ("novelty", "popularity") and popularity is not None:
                     count = np.zeros(top.shape)
                     ids = self.prep.item_ids(top[valid])
@@ -147,6 +172,9 @@ def evaluate(
     *,
     train: pd.DataFrame | None = None,
     catalog: Any = None,
+    item_features: pd.DataFrame | None = None,
+    item_embeddings: pd.DataFrame | None = None,
+    item_groups: pd.DataFrame | str | None = None,
     preset: str | None = None,
     batch_cells: int = 1 << 23,
     **options: Any,
@@ -158,6 +186,12 @@ def evaluate(
     ``average``, ``relevance_threshold``) override ``preset``. ``train`` (``user, item``) gives the
     item popularity that ``novelty`` and ``popularity`` need; ``catalog`` (a size or the item ids)
     is the denominator of ``coverage`` and ``gini`` (default: every item seen in any table).
+    Beyond-accuracy side inputs, each a DataFrame with an ``item`` column: ``item_features``
+    (categorical columns; a cell may hold a list or ``a|b`` text) for ``diversity`` similarity and
+    ``miscalibration`` categories, ``item_embeddings`` (numeric columns, cosine similarity; wins
+    over features for similarity), ``item_groups`` (columns ``item, group``, or the name of an
+    ``item_features`` column) for ``exposure_<group>``. Without features or embeddings, item
+    similarity is co-occurrence in ``train`` (``user, item``).
 
     >>> qrels = pd.DataFrame({"user": [1, 1], "item": [10, 11], "relevance": [1, 1]})
     >>> run = pd.DataFrame({"user": [1, 1, 1], "item": [12, 10, 11], "score": [0.9, 0.8, 0.1]})
@@ -180,7 +214,13 @@ def evaluate(
                 "for item popularity"
             )
         popularity = train["item"].value_counts()
-    acc = _Accumulator(prep, named, opts)
+    side = None
+    if any(s.metric in SIDE_METRICS for s in specs):
+        items_int = pd.api.types.is_integer_dtype(run["item"].dtype)
+        side = BeyondInputs(
+            named, opts, train, item_features, item_embeddings, item_groups, items_int
+        )
+    acc = _Accumulator(prep, named, opts, side)
     need_candidates = any(s.definition.kind in ("score", "rating") for s in specs)
     for batch in batches(
         prep,
@@ -209,8 +249,10 @@ def _finish(
     auc_counts: scores.AucCounts | None = None
     for name, spec in named:
         d, values = spec.definition, acc.values[name]
-        if d.kind == "ranking" and d.needs_relevant:
+        if d.kind in ("ranking", "run") and d.needs_relevant:
             values[~included] = np.nan
+        if spec.metric in SIDE_METRICS:
+            counts[f"{name}.undefined_users"] = int((included & np.isnan(values)).sum())
         if d.kind == "ranking" and opts.average == "micro" and spec.metric in _MICRO:
             none = np.zeros(len(prep.users))
             hits = acc.hits.get(spec.k, none)[included].sum()
@@ -237,6 +279,9 @@ def _finish(
                 per, pooled = np.sqrt(per), float(np.sqrt(pooled))
             values[:] = np.where(n > 0, per, np.nan)
             summary[name] = float(pooled)
+        elif spec.metric == "exposure":
+            num, den = acc.exposure[name]
+            summary[name] = float(num.sum() / den.sum()) if den.sum() > 0 else float("nan")
         elif d.kind == "run" and d.aggregation == "pooled":
             top = np.concatenate(acc.top.get(spec.k, [np.zeros(0, np.int64)]))
             size = _catalog_size(catalog, prep, train)

@@ -16,6 +16,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "user_set": ("truth", "intersection"),
     "empty_users": ("skip", "zero"),
     "average": ("macro", "micro"),
+    "diversity_similarity": ("cosine", "jaccard"),
+    "serendipity_method": ("popularity", "history"),
 }
 
 
@@ -31,6 +33,9 @@ class Options:
     empty_users: str = "skip"
     average: str = "macro"
     relevance_threshold: float = 1.0
+    diversity_similarity: str = "cosine"
+    serendipity_method: str = "popularity"
+    calibration_alpha: float = 0.01
     preset: str = "default"
 
     def __post_init__(self) -> None:
@@ -44,6 +49,11 @@ class Options:
         thr = self.relevance_threshold
         if isinstance(thr, bool) or not isinstance(thr, int | float) or not thr > 0:
             raise ValueError(f"option 'relevance_threshold' must be a number > 0 (got {thr!r})")
+        alpha = self.calibration_alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha <= 1:
+            raise ValueError(
+                f"option 'calibration_alpha' must be a number in (0, 1] (got {alpha!r})"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict of every option (preset resolved), for logging."""

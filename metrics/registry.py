@@ -36,13 +36,20 @@ class MetricDef:
 
 @dataclass(frozen=True, order=True)
 class MetricSpec:
-    """A parsed metric name: canonical metric and cutoff; ``str(spec)`` parses back to it."""
+    """A parsed metric name: canonical metric, cutoff and item group (``exposure_tail@10``);
+    ``str(spec)`` parses back to it."""
 
     metric: str
     k: int | None = None
+    group: str = ""
+
+    def __repr__(self) -> str:
+        group = f", group={self.group!r}" if self.group else ""
+        return f"MetricSpec(metric={self.metric!r}, k={self.k!r}{group})"
 
     def __str__(self) -> str:
-        return self.metric if self.k is None else f"{self.metric}@{self.k}"
+        base = f"{self.metric}_{self.group}" if self.group else self.metric
+        return base if self.k is None else f"{base}@{self.k}"
 
     @property
     def definition(self) -> MetricDef:
@@ -62,6 +69,8 @@ _TREC_NAMES = {
     "success": "hit_rate",
 }
 _TREC_PLAIN = {"recip_rank": "mrr", "Rprec": "r_precision"}
+#: The one metric named per item group: ``exposure_<group>@k`` (group: letters, digits, ``_``).
+_GROUPED = "exposure"
 _GRAMMAR = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*?)\s*(?:@\s*(\S+))?\s*$")
 
 
@@ -103,6 +112,8 @@ def parse(name: str | MetricSpec) -> MetricSpec:
     MetricSpec(metric='ndcg', k=10)
     >>> str(parse("map@5")), str(parse("P_10")), str(parse("recip_rank"))
     ('ap@5', 'precision@10', 'mrr')
+    >>> parse("exposure_tail@10")
+    MetricSpec(metric='exposure', k=10, group='tail')
     """
     if isinstance(name, MetricSpec):
         return name
@@ -119,6 +130,10 @@ def parse(name: str | MetricSpec) -> MetricSpec:
             raise _unknown(name)
         base, k_text = m.group(1), m.group(2)
     canonical = _ALIASES.get(base, base)
+    group = ""
+    prefix = _GROUPED + "_"
+    if canonical not in _REGISTRY and base.startswith(prefix) and len(base) > len(prefix):
+        canonical, group = _GROUPED, base[len(prefix) :]
     if canonical not in _REGISTRY:
         raise _unknown(name)
     definition = _REGISTRY[canonical]
@@ -131,4 +146,4 @@ def parse(name: str | MetricSpec) -> MetricSpec:
             raise ValueError(f"metric {canonical!r} takes no cutoff (got {name!r})")
     elif definition.cutoff == "required":
         raise ValueError(f"metric {canonical!r} needs a cutoff, e.g. {canonical}@10 (got {name!r})")
-    return MetricSpec(canonical, k)
+    return MetricSpec(canonical, k, group)

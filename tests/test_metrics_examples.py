@@ -932,6 +932,9 @@ def test_options_hold_resolved_preset():
         "empty_users": "zero",
         "average": "macro",
         "relevance_threshold": 1.0,
+        "diversity_similarity": "cosine",
+        "serendipity_method": "popularity",
+        "calibration_alpha": 0.01,
         "preset": "trec_eval",
     }
     ev = metrics.evaluate(qrels, run, ["mrr"], preset="trec_eval", user_set="truth")
@@ -947,6 +950,9 @@ def test_options_hold_resolved_preset():
         "empty_users": "skip",
         "average": "macro",
         "relevance_threshold": 1.0,
+        "diversity_similarity": "cosine",
+        "serendipity_method": "popularity",
+        "calibration_alpha": 0.01,
         "preset": "default",
     }
 
