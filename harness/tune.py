@@ -838,7 +838,7 @@ def _default_group(argv: list[str]) -> list[str]:
     """Command-line overrides with the ``tune`` group selected when none is given."""
     if any(re.match(r"^[+~]*tune(@[\w.]+)?=", a) for a in argv):
         return argv
-    return ["+tune=default", *argv]
+    return ["tune=default", *argv]
 
 
 #: The tuning tracker, so an interrupt can end its open runs as KILLED.

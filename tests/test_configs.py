@@ -41,6 +41,7 @@ GROUPS = (
     "tracking",
     "engine",
     "experiment",
+    "tune",
 )
 SMALL_DATA = ("dataset.n_users=300", "dataset.n_items=200", "dataset.n_events=6000")
 

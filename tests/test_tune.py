@@ -52,7 +52,7 @@ def cfg_of(tmp_path: Path, *overrides: str) -> DictConfig:
         return compose(
             config_name="config",
             overrides=[
-                "+tune=default",
+                "tune=default",
                 "experiment=quick",
                 "progress=false",
                 f"runs_dir={tmp_path}/runs",
