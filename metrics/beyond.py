@@ -205,13 +205,14 @@ def unexpectedness(unexpected: np.ndarray, valid: np.ndarray) -> np.ndarray:
 
 
 def serendipity(unexpected: np.ndarray, hits: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Per-user mean over the list of ``unexpected[u, j] · relevant[u, j]``.
+    """Per-user mean over the list of ``unexpected[u, j] · relevant[u, j]`` (NaN where
+    unexpectedness is undefined).
 
     >>> serendipity(np.array([[1.0, 1.0, 0.0]]), np.array([[1, 0, 1]], bool),
     ...             np.ones((1, 3), bool)).tolist()
     [0.3333333333333333]
     """
-    return unexpectedness(np.where(hits, unexpected, 0.0), valid)
+    return unexpectedness(np.where(hits | np.isnan(unexpected), unexpected, 0.0), valid)
 
 
 def miscalibration(p: sp.csr_matrix, q: sp.csr_matrix, alpha: float) -> np.ndarray:

@@ -62,6 +62,17 @@ def _depth(specs: list[MetricSpec]) -> int | None:
     return max((k for k in ks if k is not None), default=1)
 
 
+def _kernel_options(metric: str, opts: Options) -> dict[str, str]:
+    """The keyword options a ranking kernel takes from the conventions (AP, precision, NDCG)."""
+    if metric == "ap":
+        return {"denominator": opts.ap_denominator}
+    if metric in ("precision", "f1"):
+        return {"denominator": opts.precision_denominator}
+    if metric in ("ndcg", "idcg"):
+        return {"ideal": opts.ideal_dcg}
+    return {}
+
+
 class _Accumulator:
     """Per-user columns and pooled sums filled batch by batch."""
 
@@ -92,7 +103,7 @@ class _Accumulator:
         for name, spec in self.specs:
             d = spec.definition
             if d.kind == "ranking":
-                kw = {"denominator": self.opts.ap_denominator} if spec.metric == "ap" else {}
+                kw = _kernel_options(spec.metric, self.opts)
                 self.values[name][users] = d.kernel(j, k=spec.k, **kw)
                 if spec.metric in _MICRO:
                     self.hits.setdefault(spec.k, np.zeros(len(self.prep.users)))[users] = (
@@ -251,8 +262,11 @@ def _finish(
         d, values = spec.definition, acc.values[name]
         if d.kind in ("ranking", "run") and d.needs_relevant:
             values[~included] = np.nan
+            if opts.empty_users == "one":  # torchmetrics' empty_target_action="pos"
+                values[empty] = 1.0
         if spec.metric in SIDE_METRICS:
-            counts[f"{name}.undefined_users"] = int((included & np.isnan(values)).sum())
+            scope = included if d.needs_relevant else np.ones(len(values), bool)
+            counts[f"{name}.undefined_users"] = int((scope & np.isnan(values)).sum())
         if d.kind == "ranking" and opts.average == "micro" and spec.metric in _MICRO:
             none = np.zeros(len(prep.users))
             hits = acc.hits.get(spec.k, none)[included].sum()

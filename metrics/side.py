@@ -457,9 +457,10 @@ class BeyondInputs:
             q = beyond.selector(rows, valid, cats.shape[0]) @ cats
             hist = self._history_rows("hist_categories", index, "item_features")
             p = self._history_selector(user_ids, hist, cats.shape[0]) @ cats
-            return beyond.miscalibration(
+            kl = beyond.miscalibration(
                 _row_normalised(p), _row_normalised(q), self.opts.calibration_alpha
             )
+            return np.where(valid.any(axis=1), kl, np.nan)
         if metric == "diversity":
             if self.opts.diversity_similarity == "jaccard" and self.embeddings is None:
                 index, binary = self._binary()
