@@ -394,7 +394,7 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
 
     n_users = len(users)
     n_rel = np.bincount(q_code, weights=rel >= options.relevance_threshold, minlength=n_users)
-    gains = gain_of(rel, options.gain)
+    gains = gain_of(rel, options.gain, options.relevance_threshold)
     positive = gains > 0
     pos_code, pos_gain = q_code[positive], gains[positive]
     if pos_gain.size and (pos_gain == pos_gain[0]).all():  # binary truth: order by user only
@@ -594,7 +594,7 @@ def _judged(
     local, rank, gain = _ideal(prep, users)
     return Judged(
         hits=valid & (rel >= options.relevance_threshold),
-        gains=np.where(valid, gain_of(rel, options.gain), 0.0),
+        gains=np.where(valid, gain_of(rel, options.gain, options.relevance_threshold), 0.0),
         n_ret=n_ret,
         n_rel=prep.n_rel[users],
         ideal_user=local,

@@ -88,7 +88,7 @@ class Judged:
         if truth is None:
             truth = [row[row > 0] for row in rel]
         truth_rel = [np.asarray(t, dtype=np.float64) for t in truth]
-        ideal = [np.sort(gain_of(t, gain)[t > 0])[::-1] for t in truth_rel]
+        ideal = [np.sort(gain_of(t, gain, threshold)[t > 0])[::-1] for t in truth_rel]
         counts = np.array([len(g) for g in ideal], dtype=np.int64)
         ideal_user = np.repeat(np.arange(len(ideal), dtype=np.int64), counts)
         ideal_rank = np.arange(counts.sum(), dtype=np.int64) - np.repeat(
@@ -98,7 +98,7 @@ class Judged:
             n_rel = np.array([(t >= threshold).sum() for t in truth_rel], dtype=np.int64)
         return cls(
             hits=rel >= threshold,
-            gains=gain_of(rel, gain),
+            gains=gain_of(rel, gain, threshold),
             n_ret=n_ret,
             n_rel=np.asarray(n_rel, dtype=np.int64),
             ideal_user=ideal_user,
@@ -107,10 +107,15 @@ class Judged:
         )
 
 
-def gain_of(relevance: np.ndarray, gain: str) -> np.ndarray:
-    """Gain of graded relevance: ``rel`` (linear) or ``2**rel - 1`` (exponential); 0 for rel <= 0.
+def gain_of(relevance: np.ndarray, gain: str, threshold: float = 1.0) -> np.ndarray:
+    """Gain of graded relevance: ``rel`` (linear), ``2**rel - 1`` (exponential), 0 for rel <= 0;
+    or 1 when ``rel >= threshold`` else 0 (binary: RecBole, Microsoft Recommenders, rectools).
 
-    Gains use the graded value whatever the relevance threshold, as trec_eval's ``ndcg`` does.
+    Linear and exponential gains use the graded value whatever the relevance threshold, as
+    trec_eval's ``ndcg`` does.
     """
-    rel = np.maximum(np.asarray(relevance, dtype=np.float64), 0.0)
+    rel = np.asarray(relevance, dtype=np.float64)
+    if gain == "binary":
+        return (rel >= threshold).astype(np.float64)
+    rel = np.maximum(rel, 0.0)
     return rel if gain == "linear" else np.exp2(rel) - 1.0

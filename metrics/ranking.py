@@ -59,13 +59,23 @@ def num_rel_ret(j: Judged, *, k: int | None = None) -> np.ndarray:
     return hits_at(j, k=k)
 
 
-def precision(j: Judged, *, k: int | None) -> np.ndarray:
-    """``hits@k / k``; the whole-list form divides by the list length.
+def precision(j: Judged, *, k: int | None, denominator: str = "k") -> np.ndarray:
+    """``hits@k / k``, or ``hits@k / min(k, list length)`` with ``denominator="list"``
+    (torchmetrics ``adaptive_k``); the whole-list form divides by the list length.
 
     >>> precision(Judged.from_lists([[0, 1, 0, 1]]), k=2).tolist()
     [0.5]
+    >>> precision(Judged.from_lists([[1, 0]]), k=5, denominator="list").tolist()
+    [0.5]
     """
-    den = j.n_ret if k is None else np.full(j.n_users, k)
+    if denominator not in ("k", "list"):
+        raise ValueError(f"'denominator' must be one of 'k', 'list' (got {denominator!r})")
+    if k is None:
+        den = j.n_ret
+    elif denominator == "list":
+        den = np.minimum(j.n_ret, k)
+    else:
+        den = np.full(j.n_users, k)
     return _safe_div(hits_at(j, k=k), den)
 
 
@@ -78,9 +88,9 @@ def recall(j: Judged, *, k: int | None) -> np.ndarray:
     return _safe_div(hits_at(j, k=k), j.n_rel)
 
 
-def f1(j: Judged, *, k: int | None) -> np.ndarray:
+def f1(j: Judged, *, k: int | None, denominator: str = "k") -> np.ndarray:
     """Harmonic mean ``2PR / (P + R)`` of precision@k and recall@k, 0 when both are 0."""
-    p, r = precision(j, k=k), recall(j, k=k)
+    p, r = precision(j, k=k, denominator=denominator), recall(j, k=k)
     return _safe_div(2 * p * r, p + r)
 
 
@@ -116,7 +126,8 @@ def average_precision(
     j: Judged, *, k: int | None, denominator: str = "min_k_relevant"
 ) -> np.ndarray:
     """``Σ_{i<=k} P@i · rel(i) / D`` with ``D`` = ``|T_u|`` (``relevant``), ``min(k, |T_u|)``
-    (``min_k_relevant``) or the number of hits in the list (``hits``); 0 when there is no hit.
+    (``min_k_relevant``), the number of hits in the list (``hits``) or ``k`` (``k``: rectools
+    ``divide_by_k``; the list length for the whole list); 0 when there is no hit.
 
     >>> j = Judged.from_lists([[0, 1, 0, 1, 0]])   # seed 000: list e,b,a,d,c; relevant {b, d}
     >>> average_precision(j, k=5).tolist()
@@ -132,9 +143,11 @@ def average_precision(
         den = j.hits_at(k)
     elif denominator == "min_k_relevant":
         den = j.n_rel if k is None else np.minimum(j.n_rel, k)
+    elif denominator == "k":
+        den = j.n_ret if k is None else np.full(j.n_users, k)
     else:
         raise ValueError(
-            "'denominator' must be one of 'min_k_relevant', 'relevant', 'hits' "
+            "'denominator' must be one of 'min_k_relevant', 'relevant', 'hits', 'k' "
             f"(got {denominator!r})"
         )
     return _safe_div(num, den)
@@ -161,16 +174,28 @@ def dcg(j: Judged, *, k: int | None) -> np.ndarray:
     return j.gains[:, :c] @ discount(c)
 
 
-def idcg(j: Judged, *, k: int | None) -> np.ndarray:
-    """DCG@k of the ideal ordering of **all** the user's test relevances."""
-    return j.ideal_dcg(k)
+def idcg(j: Judged, *, k: int | None, ideal: str = "relevant") -> np.ndarray:
+    """DCG@k of the ideal ordering of **all** the user's test relevances (``ideal="relevant"``),
+    or of a list whose ``k`` positions all have gain 1 (``ideal="k"``: rectools' default
+    ``divide_by_achievable=False``; the list length for the whole list).
+
+    >>> idcg(Judged.from_lists([[0, 1, 0]]), k=2, ideal="k").round(6).tolist()
+    [1.63093]
+    """
+    if ideal == "relevant":
+        return j.ideal_dcg(k)
+    if ideal != "k":
+        raise ValueError(f"'ideal' must be one of 'relevant', 'k' (got {ideal!r})")
+    if k is None:
+        return np.concatenate(([0.0], np.cumsum(discount(j.width))))[j.n_ret]
+    return np.full(j.n_users, discount(k).sum())
 
 
-def ndcg(j: Judged, *, k: int | None) -> np.ndarray:
+def ndcg(j: Judged, *, k: int | None, ideal: str = "relevant") -> np.ndarray:
     """``dcg@k / idcg@k``, 0 when the ideal DCG is 0.
 
     >>> j = Judged.from_lists([[3, 2, 3, 0, 1, 2]], gain="linear")   # seed 002/003
     >>> round(float(ndcg(j, k=6)[0]), 9)
     0.960808194
     """
-    return _safe_div(dcg(j, k=k), idcg(j, k=k))
+    return _safe_div(dcg(j, k=k), idcg(j, k=k, ideal=ideal))

@@ -151,14 +151,14 @@ CASES = [
         run(),
         ["ndcg@5"],
         {"gain": "log"},
-        r"option 'gain' must be one of 'exponential', 'linear' \(got 'log'\)",
+        r"option 'gain' must be one of 'exponential', 'linear', 'binary' \(got 'log'\)",
     ),
     (
         "bad-ap-denominator",
         qrels(),
         run(),
         ["map"],
-        {"ap_denominator": "k"},
+        {"ap_denominator": "n"},
         r"option 'ap_denominator' must be one of",
     ),
     (
