@@ -364,8 +364,8 @@ def promote_run(
             for key, value in tags.items():
                 client.set_model_version_tag(plan.name, plan.version, key, value)
             client.update_model_version(
-                plan.name, plan.version, description=_description(record, moved)
-            )
+                plan.name, plan.version, description=_description(record, moved)[:5000]
+            )  # the registry's description column holds 5,000 characters
             done.append(
                 f"models:/{plan.name}/{plan.version} @{alias}: "
                 + ("promoted" if plan.action == "promote" else f"refused ({plan.decision})")

@@ -1,10 +1,10 @@
 """Registry promotion on GO and the history of a registered model, against a real `mlflow server`.
 
-Two versions of ``reco`` are registered through the pyfunc contract: v1 popularity and v2 item-kNN,
-both fitted on the training part of the split the harness evaluates on. v2 is evaluated against
-the champion (v1, by alias) with a gate it cannot pass (NO_GO: the alias stays, the refusal is
-printed), then with the default gate (GO: the alias moves to v2); the history lists both
-evaluations in order.
+Two versions of ``reco`` are registered with examples/register_model.py: v1 popularity and v2
+item-kNN, both fitted on the training part of the split the harness evaluates on. v2 is evaluated
+against the champion (v1, by alias) with a gate it cannot pass (NO_GO: the alias stays, the
+refusal is printed), then with the default gate (GO: the alias moves to v2); the history lists
+both evaluations in order.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +24,7 @@ from test_tracking import mlflow_server  # noqa: F401  (the real-server fixture)
 
 from harness.gate import GateDecision, RuleResult
 from harness.history import format_history, history_frame
-from harness.models import ItemKNN, PopularityModel
 from harness.promote import plan_promotions
-from harness.split import make_split
-from harness.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = {"n_users": 500, "n_items": 250, "n_events": 12000, "seed": 0}
@@ -107,35 +103,30 @@ def test_history_frame_orders_versions_then_dates() -> None:
 # ------------------------------------------------------------------ against a real server
 
 
-def _register(url: str, name: str, model: object, alias: str | None) -> str:
-    """Log ``model`` (fitted) as a pyfunc following the harness contract; return its version."""
-    import mlflow
-    from mlflow import MlflowClient
-
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        from register_model import RecommenderPyfunc
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
-    mlflow.set_tracking_uri(url)
-    mlflow.set_registry_uri(url)
-    client = MlflowClient(tracking_uri=url, registry_uri=url)
-    exp = client.get_experiment_by_name("registry") or client.get_experiment(
-        client.create_experiment("registry")
+def _register(url: str, work: Path, *args: str) -> str:
+    """``examples/register_model.py`` on the harness's data (fitted on the training period of
+    the default split), in a subprocess so this process's MLflow settings stay untouched;
+    returns the new version."""
+    cut = yaml.safe_load((ROOT / "harness/configs/split/global_time.yaml").read_text())["cut"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "register_model.py"),
+            "--tracking-uri",
+            url,
+            "--name",
+            "reco",
+            *(f"--{k.replace('_', '-')}={v}" for k, v in DATA.items()),
+            f"--train-cut={cut}",
+            *args,
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    with mlflow.start_run(experiment_id=exp.experiment_id), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        info = mlflow.pyfunc.log_model(
-            name="model",
-            python_model=RecommenderPyfunc(model),
-            registered_model_name=name,
-            code_paths=[str(ROOT / "examples" / "register_model.py")],
-            pip_requirements=["mlflow", "numpy", "pandas"],
-        )
-    version = str(info.registered_model_version)
-    if alias:
-        client.set_registered_model_alias(name, alias, version)
-    return version
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return re.search(r"^registered reco version (\d+)", proc.stdout, re.MULTILINE).group(1)
 
 
 def _evaluate(url: str, work: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -191,11 +182,8 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
     url = mlflow_server
     work = tmp_path / "work"
     work.mkdir()
-    frame = generate(**DATA)
-    params = yaml.safe_load((ROOT / "harness/configs/split/global_time.yaml").read_text())
-    split = make_split(frame, params.pop("method"), **params)
-    assert _register(url, "reco", PopularityModel().fit(split.train), "champion") == "1"
-    assert _register(url, "reco", ItemKNN().fit(split.train), None) == "2"
+    assert _register(url, work) == "1"  # popularity, @champion
+    assert _register(url, work, "--model=item_knn", "--alias=challenger") == "2"
     client = MlflowClient(tracking_uri=url, registry_uri=url)
 
     # 1. a gate v2 cannot pass (a +500% lift required): NO_GO, the alias stays on v1
@@ -270,7 +258,7 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
     assert hist.stdout.splitlines()[0] == "reco: 3 row(s)"
     assert len(rows) == 3, hist.stdout
     assert rows[0].split()[0] == "1" and "not evaluated" in rows[0]
-    assert rows[1].split()[:2] == ["2", "@champion"] and "NO_GO" in rows[1]
+    assert rows[1].split()[:3] == ["2", "@challenger", "@champion"] and "NO_GO" in rows[1]
     assert rows[1].rstrip().endswith(first_run) and "refused @champion" in rows[1]
     assert "GO" in rows[2].split() and rows[2].rstrip().endswith(second_run)
     assert f"ndcg@10 {ndcg['value']:.4f}" in rows[2] and rows[2].count("vs models:/reco/1") == 1
