@@ -503,6 +503,8 @@ def main(cfg: DictConfig) -> None:
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        _active.clear()  # a signal between multirun jobs concerns no job's folder
+        folders.current["stage"] = "between runs"
     _worst["code"] = max(_worst["code"], code)
     if code and HydraConfig.get().mode != RunMode.MULTIRUN:
         sys.exit(code)
@@ -510,5 +512,10 @@ def main(cfg: DictConfig) -> None:
 
 def entry() -> None:
     """Run :func:`main`; a multirun exits with the worst code of its jobs."""
-    main()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # also while Hydra composes the config
+        signal.signal(sig, _interrupt)
+    try:
+        main()
+    except Interrupted as stop:
+        _stop(stop.signum)
     sys.exit(_worst["code"])
