@@ -471,6 +471,14 @@ def _stop(signum: int) -> NoReturn:
     sys.exit(code)
 
 
+def _failed(reason: str) -> None:
+    """Say in the run's unfinished results folder (if any) why it stopped."""
+    folder = _active.get("folder")
+    if folder is not None and not is_complete(folder):
+        with suppress(OSError):
+            folders.mark_incomplete(folder, folders.current["stage"], f"failed: {reason}")
+
+
 def _os_error(err: OSError) -> str:
     """One line for an unusable folder or file: the path and what is wrong with it."""
     where = err.filename if err.filename is not None else "a results folder"
@@ -494,11 +502,13 @@ def main(cfg: DictConfig) -> None:
         if isinstance(err, MissingMandatoryValue):
             message = f"'{err.full_key}' must be set, e.g. python -m harness {err.full_key}=..."
         print(f"error: {message}", file=sys.stderr)
+        _failed(message)
         code = EXIT_BAD_INPUT
     except OSError as err:  # read-only or full disk, a file where a folder should be
         if cfg.get("debug"):
             raise
         print(f"error: {_os_error(err)}", file=sys.stderr)
+        _failed(_os_error(err))
         code = EXIT_BAD_INPUT
     finally:
         for sig, handler in handlers.items():
