@@ -47,6 +47,7 @@ __all__ = [
     "USER",
     "check_text_file",
     "load_interactions",
+    "load_item_table",
     "normalize_ids",
     "read_text_table",
     "validate_interactions",
@@ -147,6 +148,47 @@ def load_interactions(
         columns=mapping,
         timestamp_format=timestamp_format,
     )
+
+
+def load_item_table(
+    path: str | os.PathLike[str], kind: str, fmt: str | None = None
+) -> pd.DataFrame:
+    """An item side table (``kind``: ``item_features`` or ``item_embeddings``) from CSV/TSV or
+    Parquet: an ``item`` column of ids normalized as interaction ids, unique; embeddings numeric.
+
+    Feature cells may hold several values (Parquet lists, or ``a|b`` text); Parquet embeddings
+    may be numeric columns or one list column.
+    """
+    source = f"{path} (dataset.{kind})"
+    fmt_kind = _detect_format(path, fmt)
+    found = _file_columns(path, fmt_kind, source)
+    if "item" not in found:
+        raise DataError(f"{source}: missing column 'item'; columns found: {found}")
+    if len(found) < 2:
+        raise DataError(f"{source}: needs at least one column besides 'item'")
+    if fmt_kind == "parquet":
+        raw = pd.read_parquet(path)
+    else:
+        raw = _read_text_table(path, fmt_kind, source, len(found))
+    frame = raw.reset_index(drop=True)
+    frame["item"] = normalize_ids(frame["item"], source, "'item'")
+    dup = frame["item"].duplicated().to_numpy()
+    if dup.any():
+        raise DataError(f"{source}: item {_show(frame['item'].iloc[int(np.argmax(dup))])} twice")
+    if kind == "item_embeddings":
+        for column in (c for c in frame.columns if c != "item"):
+            if frame[column].dtype == object and fmt_kind == "parquet":
+                continue  # one list column of vectors
+            values = pd.to_numeric(frame[column], errors="coerce")
+            bad = values.isna().to_numpy() | ~np.isfinite(values.to_numpy(dtype=np.float64))
+            if bad.any():
+                row = int(np.argmax(bad))
+                raise DataError(
+                    f"{source}: column '{column}' must hold finite numbers; row {row} has "
+                    f"{_show(frame[column].iloc[row])}"
+                )
+            frame[column] = values.astype(np.float64)
+    return frame
 
 
 def validate_interactions(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
 from harness import synthetic
-from harness.data import load_interactions, validate_interactions
+from harness.data import load_interactions, load_item_table, validate_interactions
 from harness.errors import DataError
 
 __all__ = ["Dataset", "load_dataset"]
@@ -16,21 +16,60 @@ __all__ = ["Dataset", "load_dataset"]
 
 @dataclass(frozen=True)
 class Dataset:
-    """Validated interactions plus where they came from (for logging and reproduction)."""
+    """Validated interactions plus where they came from (for logging and reproduction).
+
+    ``item_features`` / ``item_embeddings`` (tables with an ``item`` column) and ``item_groups``
+    (a column of ``item_features``) are the side inputs of the beyond-accuracy metrics.
+    """
 
     name: str
     frame: pd.DataFrame
     source: str
+    item_features: pd.DataFrame | None = None
+    item_embeddings: pd.DataFrame | None = None
+    item_groups: str | None = None
+
+    def side_inputs(self) -> dict[str, Any]:
+        """The side inputs that are set, as keyword arguments of ``metrics.evaluate``."""
+        side = {
+            "item_features": self.item_features,
+            "item_embeddings": self.item_embeddings,
+            "item_groups": self.item_groups,
+        }
+        return {k: v for k, v in side.items() if v is not None}
 
 
 def load_dataset(spec: dict[str, Any]) -> Dataset:
-    """Load the dataset described by a ``dataset/`` config (a plain dict)."""
+    """Load the dataset described by a ``dataset/`` config (a plain dict), with its side inputs
+    (``item_features``, ``item_embeddings`` paths; ``item_groups`` a feature column)."""
+    dataset = _load(spec)
+    features = spec.get("item_features")
+    embeddings = spec.get("item_embeddings")
+    groups = spec.get("item_groups")
+    if features is not None:
+        dataset = replace(dataset, item_features=load_item_table(features, "item_features"))
+    if embeddings is not None:
+        dataset = replace(dataset, item_embeddings=load_item_table(embeddings, "item_embeddings"))
+    if groups is not None:
+        table = dataset.item_features
+        if table is None or str(groups) not in table.columns:
+            found = [] if table is None else [c for c in table.columns if c != "item"]
+            raise DataError(
+                f"dataset.item_groups={groups!r} must name a column of dataset.item_features "
+                f"(columns: {found})"
+            )
+        dataset = replace(dataset, item_groups=str(groups))
+    return dataset
+
+
+def _load(spec: dict[str, Any]) -> Dataset:
     kind = spec.get("kind")
     name = str(spec.get("name", kind))
     if kind == "synthetic":
         keys = ("n_users", "n_items", "n_events", "seed")
         params = {k: spec[k] for k in keys if k in spec}
-        return Dataset(name, synthetic.generate(**params), f"synthetic:{params}")
+        frame, categories = synthetic.generate_with_items(**params)
+        return Dataset(name, frame, f"synthetic:{params}", item_features=categories)
     if kind == "file":
         columns = {k: v for k, v in (spec.get("columns") or {}).items() if v is not None}
         frame = load_interactions(

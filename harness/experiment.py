@@ -12,6 +12,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -349,6 +350,12 @@ def run_models(
     """
     qrels = qrels_from_test(split.test, suite)
     catalog = pd.unique(dataset.frame["item"])
+    side = dataset.side_inputs()  # item features / embeddings / groups of beyond-accuracy metrics
+    if side:
+        evaluate = partial(evaluate, **side)
+    skipped = _needs_features(suite, dataset)
+    if skipped:
+        evaluate = _without(evaluate, skipped)
     outcomes: dict[str, ModelOutcome] = {
         name: ModelOutcome(name, error=error) for name, error in (load_errors or {}).items()
     }
@@ -366,11 +373,46 @@ def run_models(
             (folder / name).mkdir(parents=True, exist_ok=True)
             (folder / name / "error.txt").write_text(traceback.format_exc())
         outcome.info |= _model_info(model)
+        if skipped and outcome.ok:
+            outcome.notes.append(
+                f"{', '.join(sorted(skipped))} skipped: the dataset has no item categories "
+                "(set dataset.item_features)"
+            )
         outcomes[name] = outcome
     options = metrics.resolve_options(**suite.evaluate_options()).as_dict()
     result = ExperimentResult(dataset, split, suite, outcomes, folder, options)
     save(result)
     return result
+
+
+def _needs_features(suite: MetricSuite, dataset: Dataset) -> set[str]:
+    """Metrics of the suite that need item categories the dataset does not have."""
+    if dataset.item_features is not None:
+        return set()
+    jaccard = suite.options.get("diversity_similarity") == "jaccard"
+    return {
+        n
+        for n in suite.names
+        if metrics.parse(n).metric == "miscalibration"
+        or (jaccard and dataset.item_embeddings is None and metrics.parse(n).metric == "diversity")
+    }
+
+
+def _without(evaluate: Evaluator, skipped: set[str]) -> Evaluator:
+    """``evaluate`` leaving out ``skipped`` names: NaN in the summary and per-user columns."""
+
+    def call(qrels: pd.DataFrame, run: pd.DataFrame, names: list[str], **kw: Any) -> Any:
+        names = list(names)
+        keep = [n for n in names if n not in skipped] or ["num_rel"]
+        ev = evaluate(qrels, run, keep, **kw)
+        return metrics.Evaluation(
+            {n: ev.summary.get(n, float("nan")) for n in names},
+            ev.per_user.reindex(columns=names),
+            ev.options,
+            ev.counts,
+        )
+
+    return call
 
 
 def _model_info(model: Recommender) -> dict[str, Any]:

@@ -16,6 +16,9 @@ The generative story, all numpy-vectorized:
   increasing (so their order is unambiguous);
 - ratings 1–5 are higher for items of the user's clusters, with user and item biases and noise.
 
+:func:`item_categories` gives each item's taste cluster as a category column (``c00``…), the
+item features that ``diversity`` and ``miscalibration`` read.
+
 A popularity model therefore beats random, and item-kNN (which sees the user's clusters) beats
 popularity on held-out data.
 """
@@ -29,7 +32,7 @@ import pandas as pd
 
 from harness.data import ITEM, RATING, TIMESTAMP, USER, validate_interactions
 
-__all__ = ["generate"]
+__all__ = ["generate", "generate_with_items"]
 
 _DAY = 86_400
 
@@ -53,6 +56,37 @@ def generate(
     Identical output for identical arguments; user ids are ``0..n_users-1`` and item ids
     ``0..n_items-1`` (int64), rows are sorted by timestamp, then user, then item.
     """
+    return generate_with_items(
+        n_users,
+        n_items,
+        n_events,
+        seed,
+        n_clusters=n_clusters,
+        taste=taste,
+        popularity_exponent=popularity_exponent,
+        activity_sigma=activity_sigma,
+        start=start,
+        days=days,
+        ratings=ratings,
+    )[0]
+
+
+def generate_with_items(
+    n_users: int = 2000,
+    n_items: int = 1000,
+    n_events: int = 60000,
+    seed: int = 0,
+    *,
+    n_clusters: int = 20,
+    taste: float = 0.75,
+    popularity_exponent: float = 1.0,
+    activity_sigma: float = 0.9,
+    start: str = "2023-01-01",
+    days: int = 365,
+    ratings: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`generate`'s interactions plus the item table ``item, category`` (the item's taste
+    cluster as ``c00``, ``c01``…): the same events as ``generate`` for the same arguments."""
     _check_args(n_users, n_items, n_events, n_clusters, taste, days)
     rng = np.random.default_rng(seed)
     n_clusters = min(n_clusters, n_items)
@@ -105,9 +139,17 @@ def generate(
     df = pd.DataFrame(data)
     order = np.lexsort((items, users, timestamps))
     df = df.iloc[order].reset_index(drop=True)
-    return validate_interactions(
+    width = len(str(n_clusters - 1))
+    categories = pd.DataFrame(
+        {
+            ITEM: np.arange(n_items, dtype=np.int64),
+            "category": np.char.add("c", np.char.zfill(item_cluster.astype(str), width)),
+        }
+    )
+    frame = validate_interactions(
         df, source=f"synthetic(seed={seed})", rating_range=(1.0, 5.0) if ratings else None
     )
+    return frame, categories
 
 
 def _check_args(

@@ -27,7 +27,7 @@ from harness.errors import DataError
 from harness.experiment import MetricSuite, run_models
 from harness.models import Recommender, without_search_space
 from harness.split import METHODS, make_split
-from harness.synthetic import generate
+from harness.synthetic import generate, generate_with_items
 
 CONFIG_DIR = Path(harness.configs.__file__).parent
 GROUPS = (
@@ -289,12 +289,11 @@ def test_metrics_option_builds_a_valid_suite(option: str, tmp_path: Path) -> Non
             written["relevance_threshold"]
         )
     # The suite computes on real data: every metric gets a number for a popularity model.
-    frame = generate(n_users=150, n_items=100, n_events=3000, seed=1)
+    frame, items = generate_with_items(n_users=150, n_items=100, n_events=3000, seed=1)
     split = make_split(frame, "global_time", cut=0.8)
     models = built_models(cfg_of("model=popularity"), progress=False)
-    result = run_models(
-        Dataset("synthetic", frame, "test"), split, models, suite, tmp_path, progress=False
-    )
+    dataset = Dataset("synthetic", frame, "test", item_features=items)  # categories: calibration
+    result = run_models(dataset, split, models, suite, tmp_path, progress=False)
     assert not result.failed, result.outcomes["popularity"].error
     table = result.table()
     assert list(table.columns) == list(suite.names)
