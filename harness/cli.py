@@ -196,7 +196,7 @@ def _verdicts(
     why = None if overall else _no_decision(result, cspec, gspec, pairs)
     if gspec.enabled and why:
         notes.append(f"no gate decision: {why}")
-    headline = (gspec.primary or {}).get("metric") or cspec.gsb_metric
+    headline = (gspec.primary.metric if gspec.primary else None) or cspec.gsb_metric
     if headline not in result.suite.names:
         headline = result.suite.names[0] if result.suite.names else None
     verdict = verdict_line(
@@ -290,7 +290,7 @@ def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
     if engine.get("name", "numpy") != "spark":
         yield metrics.evaluate
         return
-    from harness.spark_engine import evaluate_spark, spark_session
+    from harness.spark import evaluate_spark, spark_session
 
     spark = spark_session(
         master=str(engine.get("master", "local[*]")),
@@ -416,7 +416,7 @@ def run(cfg: DictConfig) -> int:
                 pairs,
                 decisions,
                 experiment=str(cfg.name),
-                headline=(gspec.primary or {}).get("metric"),
+                headline=(gspec.primary.metric if gspec.primary else None),
                 confidence=cspec.confidence,
             ),
         )
@@ -479,9 +479,9 @@ def _failed(reason: str) -> None:
             folders.mark_incomplete(folder, folders.current["stage"], f"failed: {reason}")
 
 
-def _os_error(err: OSError) -> str:
+def _os_error(err: OSError, runs_dir: str) -> str:
     """One line for an unusable folder or file: the path and what is wrong with it."""
-    where = err.filename if err.filename is not None else "a results folder"
+    where = err.filename if err.filename is not None else f"under {runs_dir}"
     if isinstance(err, FileExistsError | NotADirectoryError):
         return f"cannot create a folder at {where}: a file is in the way ({err.strerror})"
     return f"cannot write {where}: {err.strerror or err} (check runs_dir and free disk space)"
@@ -507,8 +507,8 @@ def main(cfg: DictConfig) -> None:
     except OSError as err:  # read-only or full disk, a file where a folder should be
         if cfg.get("debug"):
             raise
-        print(f"error: {_os_error(err)}", file=sys.stderr)
-        _failed(_os_error(err))
+        print(f"error: {_os_error(err, str(cfg.runs_dir))}", file=sys.stderr)
+        _failed(_os_error(err, str(cfg.runs_dir)))
         code = EXIT_BAD_INPUT
     finally:
         for sig, handler in handlers.items():

@@ -413,6 +413,28 @@ def test_unusable_runs_dir_is_one_line(tmp_path: Path) -> None:
     assert "runs/results/blocked" in line and "a file is in the way" in line
 
 
+def test_full_disk_is_one_line(tmp_path: Path) -> None:
+    """Writes fail as on a full disk: a file-size limit (EFBIG, like ENOSPC an OSError on write;
+    Python ignores SIGXFSZ) stops the split cache from being written."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", *QUICK, "tracking=none", "model=[popularity]"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+        preexec_fn=limit,
+    )
+    assert proc.returncode == 2, proc.stderr
+    line = _one_error_line(proc.stderr)
+    assert line.startswith("error: cannot write under runs:") and "File too large" in line
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_read_only_runs_dir_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "ro").mkdir()
