@@ -196,7 +196,7 @@ def _verdicts(
     why = None if overall else _no_decision(result, cspec, gspec, pairs)
     if gspec.enabled and why:
         notes.append(f"no gate decision: {why}")
-    headline = (gspec.primary.metric if gspec.primary else None) or cspec.gsb_metric
+    headline = (gspec.primary or {}).get("metric") or cspec.gsb_metric
     if headline not in result.suite.names:
         headline = result.suite.names[0] if result.suite.names else None
     verdict = verdict_line(
@@ -290,7 +290,7 @@ def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
     if engine.get("name", "numpy") != "spark":
         yield metrics.evaluate
         return
-    from harness.spark import evaluate_spark, spark_session
+    from harness.spark_engine import evaluate_spark, spark_session
 
     spark = spark_session(
         master=str(engine.get("master", "local[*]")),
@@ -416,7 +416,7 @@ def run(cfg: DictConfig) -> int:
                 pairs,
                 decisions,
                 experiment=str(cfg.name),
-                headline=(gspec.primary.metric if gspec.primary else None),
+                headline=(gspec.primary or {}).get("metric"),
                 confidence=cspec.confidence,
             ),
         )
