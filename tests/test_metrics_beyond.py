@@ -439,3 +439,64 @@ def test_group_gap_means_and_ci() -> None:
     assert group_gap(per_user, frame, "ndcg@10", n_resamples=500) == gap
     with pytest.raises(ValueError, match="no column 'recall@10'"):
         group_gap(per_user, labels, "recall@10")
+
+
+# -------------------------------------------------------------------- gate guardrail (e2e)
+
+
+def _harness(cwd, *args):
+    import subprocess
+    import sys
+
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "experiment=quick", "progress=false", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_diversity_guardrail_end_to_end(tmp_path) -> None:
+    """``python -m harness`` with a ``diversity@10`` guardrail: per-user diversity matches a
+    pairwise loop over the saved top-10 lists and the synthetic item categories, and the gate
+    passes a wide margin (GO, exit 0) and fails a tight one (NO_GO, exit 10)."""
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.synthetic import generate_with_items
+
+    common = ("metrics.names=[ndcg@10,diversity@10,miscalibration@10]", "gate.enforce=true")
+    rule = "gate.guardrails=[{{metric: diversity@10, segment: all, margin: {}}}]"
+    jobs = {"wide": rule.format(0.5), "tight": rule.format(0.01)}
+    with ThreadPoolExecutor(2) as pool:
+        futures = {
+            name: pool.submit(_harness, tmp_path / name, *common, arg, "gate.gsb=null")
+            for name, arg in jobs.items()
+        }
+        done = {name: f.result() for name, f in futures.items()}
+    wide, tight = done["wide"], done["tight"]
+    assert wide.returncode == 0, wide.stdout + wide.stderr
+    assert tight.returncode == 10, tight.stdout + tight.stderr
+    assert "overall gate decision: GO" in wide.stdout
+    assert "overall gate decision: NO_GO" in tight.stdout
+
+    folder = tmp_path / "wide" / re.search(r"^results: (.+)$", wide.stdout, re.M).group(1)
+    _, items = generate_with_items(300, 200, 6000, seed=0)  # experiment=quick, seed 0
+    category = dict(zip(items["item"], items["category"], strict=True))
+    means = {}
+    for model in ("popularity", "item_knn"):
+        top = pd.read_parquet(folder / model / "topk.parquet")
+        per_user = pd.read_parquet(folder / model / "per_user.parquet")
+        lists = {u: g.sort_values("rank")["item"].tolist() for u, g in top.groupby("user")}
+        same = lambda a, b: float(category[a] == category[b])  # noqa: E731 (one-hot cosine)
+        expected = naive_diversity(lists, same)
+        for user, value in per_user["diversity@10"].items():
+            assert value == pytest.approx(expected[user], abs=1e-12)
+        means[model] = per_user["diversity@10"].mean()
+    change = means["item_knn"] / means["popularity"] - 1
+    line = next(x for x in wide.stdout.splitlines() if "guardrail diversity@10" in x)
+    assert f"change {change * 100:+.2f}%" in line, line
+    assert "pass" in line
