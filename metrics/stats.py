@@ -4,11 +4,22 @@ Every comparison takes two aligned per-unit vectors ``a`` and ``b`` (arrays, or 
 aligned on their index), drops the pairs where either side is NaN and reports how many
 (``dropped``). Differences are always ``b − a``. Bootstrap and sign-flip resampling are vectorized
 in chunks of about 100 MB, and reproducible for a given ``seed``.
+
+Scale: :func:`compare` and :func:`compare_many` (``method="auto"``) switch from resampling to
+normal intervals at ``n >= NORMAL_MIN_N`` paired units (20,000), when the data are not too
+skewed for the central limit theorem (see :func:`normal_ok`): the difference of means and ΔGSB get
+``mean ± z·sd/√n``, the lift (a ratio of means) the delta-method interval
+``lift ± z·sd(d − lift·a)/(√n·|mean a|)``, and the randomization p-value the normal approximation
+of the same sign-flip distribution (mean 0, variance ``Σd²``). There the normal interval and the
+percentile bootstrap agree to within the bootstrap's own Monte-Carlo error, at O(n) cost instead
+of O(n·n_resamples). Below the threshold the numbers are those of the plain paired bootstrap and
+sign-flip test, bit for bit; :func:`compare_many` draws those resamples once for every metric
+with the same number of units instead of once per metric.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -21,6 +32,8 @@ from metrics.gsb import GSB, _aligned, gsb
 __all__ = [
     "ALTERNATIVES",
     "BOOTSTRAP_STATISTICS",
+    "COMPARE_METHODS",
+    "NORMAL_MIN_N",
     "P_ADJUSTMENTS",
     "BootstrapResult",
     "GSBBootstrapResult",
@@ -32,10 +45,13 @@ __all__ = [
     "adjust",
     "benjamini_hochberg",
     "compare",
+    "compare_many",
     "effect_size",
     "gsb_bootstrap",
     "holm",
     "minimum_detectable_effect",
+    "normal_interval",
+    "normal_ok",
     "paired_bootstrap",
     "paired_t_test",
     "randomization_test",
@@ -45,6 +61,11 @@ __all__ = [
 ALTERNATIVES = ("two-sided", "greater", "less")
 BOOTSTRAP_STATISTICS = ("mean", "median")
 P_ADJUSTMENTS = ("holm", "bh", "none")
+COMPARE_METHODS = ("auto", "bootstrap", "normal")
+#: From this many paired units on, ``method="auto"`` uses normal (CLT) intervals, not resampling.
+NORMAL_MIN_N = 20_000
+_MAX_SKEW_OF_MEAN = 0.05  # |skewness|/√n of a mean above this: its interval stays bootstrapped
+_MAX_FLIP_SHARE = 0.01  # one unit's share of Σd² above this: the sign-flip test stays sampled
 
 _MEMORY_BUDGET = 96 * 2**20  # bytes of temporaries per chunk of resamples
 _BOOTSTRAP_CELL_BYTES = 48  # indices, counts, float copy (and permuted cumsum for medians)
@@ -145,13 +166,17 @@ class PairedComparison:
     gsb_ci: tuple[float, float]
     confidence: float
     n_resamples: int
+    method: str = "bootstrap"  # how the intervals and p_randomization were computed: or "normal"
 
-    def as_dict(self) -> dict[str, float | int]:
-        """Flat ``{name: float | int}``, MLflow-safe keys; CIs as ``*_ci_low`` / ``*_ci_high``."""
-        out: dict[str, float | int] = {}
+    def as_dict(self) -> dict[str, float | int | str]:
+        """Flat ``{name: value}``, MLflow-safe keys; CIs as ``*_ci_low`` / ``*_ci_high``; every
+        value a number but ``method``."""
+        out: dict[str, float | int | str] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, GSB):
+            if isinstance(value, str):
+                out[f.name] = value
+            elif isinstance(value, GSB):
                 out.update(gsb_good=value.good, gsb_same=value.same, gsb_bad=value.bad)
                 out["gsb_delta"] = float(value.delta)
             elif isinstance(value, tuple):
@@ -278,17 +303,36 @@ def _gsb_signs(
     return (diff > margin).astype(np.float64) - (diff < -margin)
 
 
-def _flip_sums(d: np.ndarray, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
-    """Chunks of ``Σ s_i·d_i`` over random signs ``s_i = ±1`` (probability 1/2 each)."""
+def _flip_keeps(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """Chunks of random sign patterns of ``n`` units as ``uint8[chunk, n]`` (1: +1, 0: −1)."""
     rng = _rng(seed, _FLIP_STREAM)
-    n, total = d.size, d.sum()
     rows = max(1, _MEMORY_BUDGET // (_FLIP_CELL_BYTES * n))
     nbytes = (n + 7) // 8
     for start in range(0, n_resamples, rows):
         c = min(rows, n_resamples - start)
         raw = np.frombuffer(rng.bytes(c * nbytes), dtype=np.uint8).reshape(c, nbytes)
-        keep = np.unpackbits(raw, axis=1, count=n)  # 1: sign +1, 0: sign −1
-        yield 2.0 * (keep @ d) - total
+        yield np.unpackbits(raw, axis=1, count=n)
+
+
+def _flip_sums(d: np.ndarray, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """Chunks of ``Σ s_i·d_i`` over random signs ``s_i = ±1`` (probability 1/2 each)."""
+    total = d.sum()
+    for keep in _flip_keeps(d.size, n_resamples, seed):
+        yield 2.0 * (keep.astype(np.float64) @ d) - total
+
+
+def _flip_pvalues(ds: list[np.ndarray], n_resamples: int, seed: int) -> list[float]:
+    """Two-sided sampled sign-flip p-values of several difference vectors of one length, from
+    one shared draw of signs: each equals ``randomization_test`` of that vector alone."""
+    totals = [d.sum() for d in ds]
+    gammas = [_TIE_RTOL * np.abs(d).sum() for d in ds]
+    counts = [0] * len(ds)
+    for keep in _flip_keeps(ds[0].size, n_resamples, seed):
+        weights = keep.astype(np.float64)
+        for j, d in enumerate(ds):
+            sums = 2.0 * (weights @ d) - totals[j]
+            counts[j] += int((np.abs(sums) >= abs(totals[j]) - gammas[j]).sum())
+    return [(c + 1) / (n_resamples + 1) for c in counts]
 
 
 def _all_flip_sums(d: np.ndarray) -> Iterator[np.ndarray]:
@@ -308,29 +352,35 @@ def _mean_sd(d: np.ndarray) -> tuple[float, float]:
     return float(d.mean()), sd
 
 
-def _t_test(d: np.ndarray) -> tuple[float, int, float]:
+def _t_test(d: np.ndarray, ms: tuple[float, float] | None = None) -> tuple[float, int, float]:
     n = d.size
     if n < 2:
         return float("nan"), n - 1, float("nan")
-    mean, sd = _mean_sd(d)
+    mean, sd = ms or _mean_sd(d)
     if sd == 0:  # zero variance: a certain difference, or none at all
         return (float(np.copysign(np.inf, mean)), n - 1, 0.0) if mean else (0.0, n - 1, 1.0)
     t = mean / (sd / np.sqrt(n))
     return float(t), n - 1, float(2 * _st.t.sf(abs(t), n - 1))
 
 
-def _d_z(d: np.ndarray) -> float:
+def _d_z(d: np.ndarray, ms: tuple[float, float] | None = None) -> float:
     if d.size < 2:
         return float("nan")
-    mean, sd = _mean_sd(d)
+    mean, sd = ms or _mean_sd(d)
     if sd == 0:
         return float(np.copysign(np.inf, mean)) if mean else 0.0
     return mean / sd
 
 
-def _mde(d: np.ndarray, mean_a: float, alpha: float, power: float) -> MDEResult:
+def _mde(
+    d: np.ndarray,
+    mean_a: float,
+    alpha: float,
+    power: float,
+    ms: tuple[float, float] | None = None,
+) -> MDEResult:
     n = d.size
-    sd = _mean_sd(d)[1] if n >= 2 else float("nan")
+    sd = (ms or _mean_sd(d))[1] if n >= 2 else float("nan")
     z = _st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power)
     absolute = float(z * sd / np.sqrt(n))
     return MDEResult(absolute, _lift(absolute, abs(mean_a)), sd, n, alpha, power)
@@ -573,6 +623,190 @@ def gsb_bootstrap(
     return GSBBootstrapResult(g, g.delta, _percentile_ci(res, confidence), confidence, n_resamples)
 
 
+def _skew_of_mean_ok(x: np.ndarray) -> bool:
+    """Whether the mean of ``x`` is close enough to normal: ``|skewness|/√n <= 0.05``, so the
+    normal interval's skew error stays under ~3% of the standard error (constant ``x``: yes)."""
+    centred = x - x.mean()
+    square = centred * centred
+    m2 = float(square.sum()) / x.size
+    if m2 == 0:
+        return True
+    skew = float(np.dot(square, centred)) / x.size / m2**1.5
+    return abs(skew) / np.sqrt(x.size) <= _MAX_SKEW_OF_MEAN
+
+
+def _signs_skew_ok(good: int, bad: int, n: int) -> bool:
+    """:func:`_skew_of_mean_ok` of GSB signs (+1 good, −1 bad, 0 same) from their counts."""
+    p, q = good / n, bad / n
+    mean = p - q
+    m2 = p + q - mean * mean
+    if m2 <= 1e-12:
+        return True
+    m3 = p * (1 - mean) ** 3 + q * (-1 - mean) ** 3 + (1 - p - q) * (-mean) ** 3
+    return abs(m3 / m2**1.5) / np.sqrt(n) <= _MAX_SKEW_OF_MEAN
+
+
+def _normal_ok(va: np.ndarray, d: np.ndarray, g: GSB) -> bool:
+    """The CLT conditions :func:`normal_ok` checks, on prepared vectors."""
+    square = d * d
+    total = float(square.sum())
+    if total > 0 and float(square.max()) > _MAX_FLIP_SHARE * total:
+        return False
+    if not _signs_skew_ok(g.good, g.bad, d.size) or not _skew_of_mean_ok(d):
+        return False
+    mean_a = float(va.mean())
+    return mean_a == 0 or _skew_of_mean_ok(d - (float(d.mean()) / mean_a) * va)
+
+
+def normal_ok(
+    a: object,
+    b: object,
+    *,
+    tolerance: float = 0.0,
+    relative: bool = False,
+    higher_is_better: bool = True,
+) -> bool:
+    """Whether normal intervals are sound for these pairs, whatever their number: no unit holds
+    more than 1% of ``Σd²`` (the sign-flip CLT), and ``|skewness|/√n <= 0.05`` for ``d``, the GSB
+    signs and the lift's linearization ``d − lift·a`` (the interval CLT). ``method="auto"`` uses
+    normal intervals when this holds and ``n >= NORMAL_MIN_N``.
+
+    >>> normal_ok([0.0] * 1000, [1.0] + [0.0] * 999)   # one unit is the whole difference
+    False
+    """
+    va, vb, _ = _paired(a, b)
+    return _normal_ok(
+        va, vb - va, gsb(va, vb, tolerance, relative=relative, higher_is_better=higher_is_better)
+    )
+
+
+def _normal_ci(
+    x: np.ndarray, z: float, ms: tuple[float, float] | None = None
+) -> tuple[float, float]:
+    """``mean ± z·sd/√n`` (ddof=1) of ``x``."""
+    mean = float(x.mean())
+    half = z * (ms or _mean_sd(x))[1] / np.sqrt(x.size) if x.size > 1 else float("nan")
+    return mean - half, mean + half
+
+
+def _lift_normal_ci(va: np.ndarray, d: np.ndarray, lift: float, z: float) -> tuple[float, float]:
+    """Delta-method interval of ``mean d / mean a``: ``lift ± z·sd(d − lift·a)/(√n·|mean a|)``."""
+    if np.isnan(lift):
+        return (float("nan"), float("nan"))
+    half = z * _mean_sd(d - lift * va)[1] / (np.sqrt(va.size) * abs(float(va.mean())))
+    return lift - half, lift + half
+
+
+def _flip_normal_p(d: np.ndarray) -> float:
+    """Two-sided p of the sign-flip test from its normal approximation: ``Σ s_i·d_i`` has mean 0
+    and variance ``Σd²`` over random signs, so ``p = 2·Φ(−|Σd|/√Σd²)`` (1 when every d is 0)."""
+    square = float(np.dot(d, d))
+    if square == 0:
+        return 1.0
+    return float(min(1.0, 2 * _st.norm.sf(abs(float(d.sum())) / np.sqrt(square))))
+
+
+def normal_interval(a: object, b: object, *, confidence: float = 0.95) -> BootstrapResult:
+    """The large-sample counterpart of :func:`paired_bootstrap` (mean): ``diff ± z·sd/√n`` and the
+    delta-method lift interval, O(n); ``n_resamples`` is 0. At ``n >= NORMAL_MIN_N`` it agrees with
+    the percentile bootstrap to within the bootstrap's Monte-Carlo error when :func:`normal_ok`.
+
+    >>> r = normal_interval([0, 1, 0, 1], [1, 1, 0, 1])   # d = 1,0,0,0: sd 0.5, half 1.96·0.25
+    >>> round(r.diff, 6), tuple(round(x, 6) for x in r.diff_ci)
+    (0.25, (-0.239991, 0.739991))
+    """
+    confidence = _check_open_unit("confidence", confidence)
+    va, vb, dropped = _paired(a, b)
+    d = vb - va
+    z = float(_st.norm.ppf(0.5 + confidence / 2))
+    value_a, diff = float(va.mean()), float(d.mean())
+    lift = _lift(diff, value_a)
+    return BootstrapResult(
+        value_a, float(vb.mean()), diff, _normal_ci(d, z), lift, _lift_normal_ci(va, d, lift, z),
+        va.size, dropped, "mean", confidence, 0,
+    )  # fmt: skip
+
+
+def _checked_settings(
+    n_resamples: int, confidence: float, alpha: float, power: float, seed: int, method: str
+) -> tuple[int, float, float, float]:
+    _check_choice("method", method, COMPARE_METHODS)
+    _check_int("seed", seed, 0)
+    return (
+        _check_int("n_resamples", n_resamples, 1),
+        _check_open_unit("confidence", confidence),
+        _check_open_unit("alpha", alpha),
+        _check_open_unit("power", power),
+    )
+
+
+@dataclass
+class _Prepared:
+    """One metric's pairs ready for :func:`_finish`: vectors, GSB and the chosen method."""
+
+    va: np.ndarray
+    vb: np.ndarray
+    dropped: int
+    g: GSB
+    signs: np.ndarray
+    normal: bool
+
+
+def _prepare(
+    a: object, b: object, tolerance: float, relative: bool, hib: bool, method: str
+) -> _Prepared:
+    va, vb, dropped = _paired(a, b)
+    g = replace(gsb(va, vb, tolerance, relative=relative, higher_is_better=hib), excluded=dropped)
+    signs = _gsb_signs(va, vb, tolerance, relative, hib)
+    normal = method == "normal" or (
+        method == "auto" and va.size >= NORMAL_MIN_N and _normal_ok(va, vb - va, g)
+    )
+    return _Prepared(va, vb, dropped, g, signs, normal)
+
+
+def _finish(
+    p: _Prepared,
+    res: np.ndarray | None,
+    p_rand: float | None,
+    n_resamples: int,
+    confidence: float,
+    alpha: float,
+    power: float,
+) -> PairedComparison:
+    """The comparison from resampled means ``res`` (columns a, d, signs) and the sampled p, or,
+    when ``p.normal``, from normal intervals."""
+    va, vb, g = p.va, p.vb, p.g
+    d = vb - va
+    mean_a, diff = float(va.mean()), float(d.mean())
+    ms = _mean_sd(d) if d.size >= 2 else None  # one pass for t, effect size, MDE and the CI
+    lift = _lift(diff, mean_a)
+    if p.normal:
+        z = float(_st.norm.ppf(0.5 + confidence / 2))
+        diff_ci, gsb_ci = _normal_ci(d, z, ms), _normal_ci(p.signs, z)
+        lift_ci = _lift_normal_ci(va, d, lift, z)
+        p_rand, n_resamples = _flip_normal_p(d), 0
+    else:  # res and p_rand come with every non-normal metric (compare_many)
+        res, p_rand = np.asarray(res), float(p_rand)  # type: ignore[arg-type]
+        diff_ci, gsb_ci = (
+            _percentile_ci(res[:, 1], confidence),
+            _percentile_ci(res[:, 2], confidence),
+        )
+        lift_ci = (
+            _percentile_ci(_ratio(res[:, 1], res[:, 0]), confidence)
+            if not np.isnan(lift)
+            else (float("nan"), float("nan"))
+        )
+    t, df, p_t = _t_test(d, ms)
+    mde = _mde(d, mean_a, alpha, power, ms)
+    return PairedComparison(
+        n=va.size, dropped=p.dropped, mean_a=mean_a, mean_b=float(vb.mean()), diff=diff,
+        diff_ci=diff_ci, lift=lift, lift_ci=lift_ci, p_randomization=p_rand, t=t, df=df,
+        p_t=p_t, p_sign=sign_test(g.good, g.bad), effect_size=_d_z(d, ms), mde=mde.absolute,
+        mde_rel=mde.relative, gsb=g, gsb_ci=gsb_ci, confidence=confidence,
+        n_resamples=n_resamples, method="normal" if p.normal else "bootstrap",
+    )  # fmt: skip
+
+
 def compare(
     a: object,
     b: object,
@@ -585,50 +819,79 @@ def compare(
     confidence: float = 0.95,
     alpha: float = 0.05,
     power: float = 0.8,
+    method: str = "auto",
 ) -> PairedComparison:
     """All paired statistics of B against A in one pass (one shared bootstrap for all CIs).
 
     ``diff``, ``lift``, ``t`` and ``effect_size`` are signed ``b − a`` whatever
-    ``higher_is_better``; GSB and the sign test follow it. ``n_resamples`` is used both for the
-    bootstrap and the randomization test: with the same ``seed`` and ``n_resamples`` the CIs equal
-    those of :func:`paired_bootstrap` and :func:`gsb_bootstrap`, and ``p_randomization`` that of
-    :func:`randomization_test`.
+    ``higher_is_better``; GSB and the sign test follow it. ``method="bootstrap"``:
+    ``n_resamples`` is used both for the bootstrap and the randomization test: with the same
+    ``seed`` and ``n_resamples`` the CIs equal those of :func:`paired_bootstrap` and
+    :func:`gsb_bootstrap`, and ``p_randomization`` that of :func:`randomization_test`.
+    ``method="normal"``: normal and delta-method intervals and the normal approximation of the
+    sign-flip test (module docstring), ``n_resamples`` reported as 0. ``method="auto"`` (default):
+    normal at ``n >= NORMAL_MIN_N`` when :func:`normal_ok`, else bootstrap; ``method`` of the
+    result says which.
 
     >>> c = compare([0.5, 0.5, 0.5, 0.5], [0.9, 0.5, 0.1, 0.2], n_resamples=200)
-    >>> c.gsb.delta, c.p_sign
-    (-0.25, 1.0)
+    >>> c.gsb.delta, c.p_sign, c.method
+    (-0.25, 1.0, 'bootstrap')
     """
-    n_resamples = _check_int("n_resamples", n_resamples, 1)
-    confidence = _check_open_unit("confidence", confidence)
-    alpha = _check_open_unit("alpha", alpha)
-    power = _check_open_unit("power", power)
-    _check_int("seed", seed, 0)
-    va, vb, dropped = _paired(a, b)
-    g = replace(
-        gsb(va, vb, tolerance, relative=relative, higher_is_better=higher_is_better),
-        excluded=dropped,
+    settings = _checked_settings(n_resamples, confidence, alpha, power, seed, method)
+    return compare_many(
+        {"": (a, b, higher_is_better)},
+        tolerance=tolerance, relative=relative, n_resamples=settings[0], seed=seed,
+        confidence=settings[1], alpha=settings[2], power=settings[3], method=method,
+    )[""]  # fmt: skip
+
+
+def compare_many(
+    columns: Mapping[str, tuple[object, object, bool]],
+    *,
+    tolerance: float = 0.0,
+    relative: bool = False,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    method: str = "auto",
+) -> dict[str, PairedComparison]:
+    """:func:`compare` of several metrics of the same units: ``{name: (a, b, higher_is_better)}``
+    to ``{name: PairedComparison}``, each equal to ``compare(a, b, ...)`` bit for bit.
+
+    The bootstrap and sign-flip draws depend only on the number of pairs, ``n_resamples`` and
+    ``seed``, so they are drawn once for every metric with the same number of pairs and applied
+    to all their columns: the cost of one comparison, not one per metric.
+
+    >>> r = compare_many({"x": ([0, 1, 1, 0], [1, 1, 1, 0], True)}, n_resamples=100)
+    >>> r["x"].diff, r["x"].method
+    (0.25, 'bootstrap')
+    """
+    n_resamples, confidence, alpha, power = _checked_settings(
+        n_resamples, confidence, alpha, power, seed, method
     )
-    d = vb - va
-    mean_a, diff = float(va.mean()), float(d.mean())
-    signs = _gsb_signs(va, vb, tolerance, relative, higher_is_better)
-    res = _resample_stats([va, d, signs], "mean", n_resamples, seed)
-    lift = _lift(diff, mean_a)
-    lift_ci = (
-        _percentile_ci(_ratio(res[:, 1], res[:, 0]), confidence)
-        if not np.isnan(lift)
-        else (float("nan"), float("nan"))
-    )
-    p_rand = randomization_test(va, vb, n_resamples=n_resamples, seed=seed).pvalue
-    t, df, p_t = _t_test(d)
-    mde = _mde(d, mean_a, alpha, power)
-    return PairedComparison(
-        n=va.size, dropped=dropped, mean_a=mean_a, mean_b=float(vb.mean()), diff=diff,
-        diff_ci=_percentile_ci(res[:, 1], confidence), lift=lift, lift_ci=lift_ci,
-        p_randomization=p_rand, t=t, df=df, p_t=p_t, p_sign=sign_test(g.good, g.bad),
-        effect_size=_d_z(d), mde=mde.absolute, mde_rel=mde.relative, gsb=g,
-        gsb_ci=_percentile_ci(res[:, 2], confidence), confidence=confidence,
-        n_resamples=n_resamples,
-    )  # fmt: skip
+    prepared = {
+        name: _prepare(a, b, tolerance, relative, hib, method)
+        for name, (a, b, hib) in columns.items()
+    }
+    by_n: dict[int, list[str]] = {}
+    for name, p in prepared.items():
+        if not p.normal:
+            by_n.setdefault(p.va.size, []).append(name)
+    resampled: dict[str, tuple[np.ndarray, float]] = {}
+    for names in by_n.values():
+        group = [prepared[name] for name in names]
+        res = _resample_stats(
+            [x for p in group for x in (p.va, p.vb - p.va, p.signs)], "mean", n_resamples, seed
+        )
+        pvalues = _flip_pvalues([p.vb - p.va for p in group], n_resamples, seed)
+        for j, name in enumerate(names):
+            resampled[name] = (res[:, 3 * j : 3 * j + 3], pvalues[j])
+    return {
+        name: _finish(p, *resampled.get(name, (None, None)), n_resamples, confidence, alpha, power)
+        for name, p in prepared.items()
+    }
 
 
 def ab_test_size(

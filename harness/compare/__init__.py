@@ -138,24 +138,45 @@ def segment_data(train: pd.DataFrame, test_users: np.ndarray, spec: CompareSpec)
     )
 
 
-def _bucket_per_user(
+def _bucket_tables(
     qrels: pd.DataFrame,
-    recs: pd.DataFrame,
+    recs: tuple[pd.DataFrame, pd.DataFrame],
     names: Sequence[str],
     bucket_of: pd.Series,
-    bucket: str,
     options: Mapping[str, Any],
-) -> pd.DataFrame:
-    """Per-user metrics judged only against the user's test items in one popularity bucket."""
+) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+    """Per item bucket (head, mid, tail), both models' per-user metrics judged only against each
+    user's test items in that bucket (items unseen in training count as tail).
+
+    Each model's lists are read once; each bucket evaluates only the lists of its own users
+    (the users without a test item in the bucket are not part of it: same numbers, less work).
+    """
     item_bucket = bucket_of.reindex(qrels["item"]).fillna("tail").to_numpy()
-    truth = qrels[item_bucket == bucket]
-    if truth.empty:
-        return pd.DataFrame(columns=list(names), dtype=float)
-    run = pd.DataFrame({"user": recs["user"], "item": recs["item"], "score": -recs["rank"]})
-    if run.empty:
-        run = truth.assign(score=0.0).iloc[:0][["user", "item", "score"]]
-    ev = metrics.evaluate(truth, run.astype({"user": truth["user"].dtype}), list(names), **options)
-    return ev.per_user
+    runs = []
+    for r in recs:
+        user = pd.Series(r["user"]).astype(qrels["user"].dtype)
+        codes, uniques = pd.factorize(user)
+        columns = (user.array, pd.Series(r["item"]).array, -r["rank"].to_numpy())  # dtypes kept
+        runs.append((columns, codes, pd.Index(uniques)))
+    out: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
+    for bucket in ("head", "mid", "tail"):
+        truth = qrels[item_bucket == bucket]
+        if truth.empty:
+            empty = pd.DataFrame(columns=list(names), dtype=float)
+            out[bucket] = (empty, empty)
+            continue
+        tables = []
+        for (user, item, score), codes, uniques in runs:
+            wanted = np.zeros(len(uniques) + 1, dtype=bool)
+            at = uniques.get_indexer(truth["user"].unique())
+            wanted[at[at >= 0]] = True
+            keep = wanted[codes]
+            mine = pd.DataFrame({"user": user[keep], "item": item[keep], "score": score[keep]})
+            if mine.empty:
+                mine = truth.assign(score=0.0).iloc[:0][["user", "item", "score"]]
+            tables.append(metrics.evaluate(truth, mine, list(names), **options).per_user)
+        out[bucket] = (tables[0], tables[1].reindex(tables[0].index))
+    return out
 
 
 def _rows(
@@ -166,52 +187,52 @@ def _rows(
     spec: CompareSpec,
     summaries: tuple[Mapping[str, float], Mapping[str, float]] | None,
 ) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+    """One row per metric of one segment; the per-user metrics compared together
+    (:func:`metrics.stats.compare_many`: resamples shared, normal intervals at scale)."""
+    rows: dict[str, dict[str, Any]] = {}
+    columns: dict[str, tuple[np.ndarray, np.ndarray, bool]] = {}
     for name in names:
-        definition = metrics.parse(name).definition
-        hib = definition.higher_is_better
+        hib = metrics.parse(name).definition.higher_is_better
         va, vb = a[name], b[name]
         if va.notna().sum() == 0 or vb.notna().sum() == 0:
             if summaries is None:
                 continue
             base, cand = summaries[0].get(name, np.nan), summaries[1].get(name, np.nan)
-            rows.append(
-                {
-                    "segment": segment,
-                    "metric": name,
-                    "kind": "run-level",
-                    "higher_is_better": hib,
-                    "mean_a": base,
-                    "mean_b": cand,
-                    "diff": cand - base,
-                    "lift": (cand - base) / base if base else np.nan,
-                    "n": np.nan,
-                }
-            )
+            rows[name] = {
+                "segment": segment,
+                "metric": name,
+                "kind": "run-level",
+                "higher_is_better": hib,
+                "mean_a": base,
+                "mean_b": cand,
+                "diff": cand - base,
+                "lift": (cand - base) / base if base else np.nan,
+                "n": np.nan,
+            }
             continue
         ok = va.notna() & vb.notna()
         if ok.sum() < 2:
             continue
-        res = stats.compare(
-            va[ok],
-            vb[ok],
-            tolerance=spec.tolerance,
-            relative=spec.relative_tolerance,
-            higher_is_better=hib,
-            n_resamples=spec.n_resamples,
-            seed=spec.seed,
-            confidence=spec.confidence,
-        )
-        rows.append(
-            {
-                "segment": segment,
-                "metric": name,
-                "kind": "per-user",
-                "higher_is_better": hib,
-                **res.as_dict(),
-            }
-        )
-    return rows
+        rows[name] = {}  # keeps the metric order
+        mask = ok.to_numpy()  # a and b share their index (compare_pair): plain arrays
+        columns[name] = (va.to_numpy(np.float64)[mask], vb.to_numpy(np.float64)[mask], hib)
+    results = stats.compare_many(
+        columns,
+        tolerance=spec.tolerance,
+        relative=spec.relative_tolerance,
+        n_resamples=spec.n_resamples,
+        seed=spec.seed,
+        confidence=spec.confidence,
+    )
+    for name, res in results.items():
+        rows[name] = {
+            "segment": segment,
+            "metric": name,
+            "kind": "per-user",
+            "higher_is_better": columns[name][2],
+            **res.as_dict(),
+        }
+    return list(rows.values())
 
 
 def compare_pair(
@@ -250,12 +271,9 @@ def compare_pair(
             rows += _rows(a[keep], b[keep], names, seg, spec, None)
         if qrels is not None and recs is not None:
             ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
-            for bucket in ("head", "mid", "tail"):
-                pa, pb = (
-                    _bucket_per_user(qrels, r, ranked, segments.item_bucket, bucket, options or {})
-                    for r in recs
-                )
-                rows += _rows(pa, pb.reindex(pa.index), ranked, f"items:{bucket}", spec, None)
+            buckets = _bucket_tables(qrels, recs, ranked, segments.item_bucket, options or {})
+            for bucket, (pa, pb) in buckets.items():
+                rows += _rows(pa, pb, ranked, f"items:{bucket}", spec, None)
     table = pd.DataFrame(rows)
     if not table.empty:
         table["p_adjusted"] = np.nan
