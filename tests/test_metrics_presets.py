@@ -26,6 +26,15 @@ REF = Path(__file__).resolve().parent / "reference"
 sys.path.insert(0, str(REF))
 from preset_data import CUTOFFS, datasets  # noqa: E402
 
+try:  # the Spark session fixture (skips without pyspark or Java)
+    from test_spark import spark
+except ImportError:  # pragma: no cover - Spark engine not importable
+
+    @pytest.fixture
+    def spark() -> object:
+        pytest.skip("harness.spark is not importable")
+
+
 DATA = datasets()
 CONVENTIONS = set(CHOICES) - {"diversity_similarity", "serendipity_method"}
 
@@ -249,3 +258,15 @@ def test_recbole_tied_scores_count_half_in_gauc() -> None:
     )
     ev = metrics.evaluate(qrels, run, ["gauc"], preset="recbole")
     assert ev.summary["gauc"] == pytest.approx((1 * 0.75 + 1 * 1.0) / 2)
+
+
+def test_spark_engine_honours_gauc_weight(spark: object) -> None:
+    """The Spark engine weights GAUC as the numpy engine does, for both weightings."""
+    from harness.spark import evaluate_spark
+
+    qrels, run = _gauc_case([(2, [1]), (3, [1, 3]), (5, [2, 3, 4]), (4, [])])
+    for preset in ("default", "recbole"):
+        a = metrics.evaluate(qrels, run, ["gauc", "auc"], preset=preset)
+        b = evaluate_spark(qrels, run, ["gauc", "auc"], spark=spark, buckets=3, preset=preset)
+        assert b.summary["gauc"] == pytest.approx(a.summary["gauc"], abs=1e-12), preset
+    assert a.summary["gauc"] == pytest.approx(3.5 / 6)
