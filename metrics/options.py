@@ -126,6 +126,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "empty_users": "skip",
         "average": "macro",  # Σ per-user value / n_users
         "gauc_weight": "candidates",  # n/a: only a pooled `auc`
+        # user_serendipity: mean over the list of (1 - mean cosine to the user's train items)
+        # times relevance; user_diversity: cosine of co-occurrence or item feature vectors
+        "serendipity_method": "history",
     },
     # ranx 0.3.21, ranx/metrics/*.py and ranx/data_structures/*.py:
     "ranx": {

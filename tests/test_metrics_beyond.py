@@ -334,6 +334,10 @@ def test_microsoft_recommenders_published_values(
     ev = metrics.evaluate(
         qrels, run, ["diversity", "serendipity"], train=train, serendipity_method="history", **kw
     )
+    preset = metrics.evaluate(
+        qrels, run, ["diversity", "serendipity"], train=train, preset="ms_recommenders", **kw
+    )
+    assert preset.summary == pytest.approx(ev.summary)
     tol = 1e-4
     assert ev.summary["diversity"] == pytest.approx(diversity, abs=tol)
     assert ev.per_user["diversity"].tolist() == pytest.approx(user_diversity, abs=tol)
