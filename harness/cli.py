@@ -196,7 +196,7 @@ def _verdicts(
     why = None if overall else _no_decision(result, cspec, gspec, pairs)
     if gspec.enabled and why:
         notes.append(f"no gate decision: {why}")
-    headline = (gspec.primary or {}).get("metric") or cspec.gsb_metric
+    headline = (gspec.primary.metric if gspec.primary else None) or cspec.gsb_metric
     if headline not in result.suite.names:
         headline = result.suite.names[0] if result.suite.names else None
     verdict = verdict_line(
@@ -416,7 +416,7 @@ def run(cfg: DictConfig) -> int:
                 pairs,
                 decisions,
                 experiment=str(cfg.name),
-                headline=(gspec.primary or {}).get("metric"),
+                headline=(gspec.primary.metric if gspec.primary else None),
                 confidence=cspec.confidence,
             ),
         )

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import pandas as pd
@@ -41,6 +41,9 @@ __all__ = [
     "USER_SEGMENTS",
     "GateDecision",
     "GateSpec",
+    "GsbRule",
+    "GuardrailRule",
+    "PrimaryRule",
     "RuleResult",
     "check_gate",
     "check_selection",
@@ -59,11 +62,65 @@ EXIT_NO_DECISION = 12
 EXIT_CODES = {"GO": 0, "NO_GO": 10, "INCONCLUSIVE": 11, "NO_DECISION": EXIT_NO_DECISION}
 USER_SEGMENTS = ("cold", "heavy")
 ITEM_SEGMENTS = ("items:head", "items:mid", "items:tail")
-_SETTINGS = {
-    "primary": ("metric", "segment", "min_lift"),
-    "guardrail": ("metric", "segment", "margin"),
-    "gsb": ("metric", "min_delta"),
-}
+
+
+@dataclass(frozen=True)
+class PrimaryRule:
+    """``gate.primary``: the relative lift's CI lower bound must reach ``min_lift``."""
+
+    metric: str | None = None  # required (check_gate says so, naming the key)
+    segment: str = "all"
+    min_lift: float = 0.0
+
+
+@dataclass(frozen=True)
+class GuardrailRule:
+    """One of ``gate.guardrails``: the relative change must not be worse than ``-margin``."""
+
+    metric: str | None = None  # required (check_gate says so, naming the key)
+    segment: str = "all"
+    margin: float = 0.0
+
+
+@dataclass(frozen=True)
+class GsbRule:
+    """``gate.gsb``: the ΔGSB CI lower bound must reach ``min_delta``."""
+
+    metric: str | None = None  # None: compare.gsb_metric
+    min_delta: float = 0.0
+
+
+Rule = PrimaryRule | GuardrailRule | GsbRule
+
+
+def rule_of(cls: type, key: str, value: Any) -> Any:
+    """A typed rule from a config mapping (or the rule itself): an unknown setting such as
+    ``min_lfit`` or a threshold that is not a finite number is a one-line ValueError naming
+    ``key``."""
+    if value is None or isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{key} must be a mapping such as {{metric: ndcg@10}} (got {value!r})")
+    allowed = [f.name for f in fields(cls)]
+    unknown = [str(k) for k in value if k not in allowed]
+    if unknown:
+        raise ValueError(
+            f"{key}.{unknown[0]} is not a gate setting; {key} takes {', '.join(allowed)}"
+        )
+    params = {str(k): v for k, v in value.items()}
+    bar = allowed[-1]  # min_lift | margin | min_delta
+    if bar in params:
+        try:
+            number = float(params[bar])
+        except (TypeError, ValueError):
+            number = math.nan
+        if isinstance(params[bar], bool) or not math.isfinite(number):
+            raise ValueError(f"{key}.{bar} must be a finite number (got {params[bar]!r})")
+        params[bar] = number
+    for name in ("metric", "segment"):
+        if params.get(name) is not None:
+            params[name] = str(params[name])
+    return cls(**params)
 
 
 @dataclass(frozen=True)
@@ -72,9 +129,9 @@ class GateSpec:
 
     enabled: bool = True
     enforce: bool = False
-    primary: Mapping[str, Any] | None = None  # {metric, segment="all", min_lift}
-    guardrails: Sequence[Mapping[str, Any]] = ()  # [{metric, segment="all", margin}]
-    gsb: Mapping[str, Any] | None = None  # {metric, min_delta}
+    primary: PrimaryRule | None = None  # mappings are accepted and converted
+    guardrails: Sequence[GuardrailRule] = ()
+    gsb: GsbRule | None = None
     sanity: tuple[str, ...] = ("random",)  # models compared and shown, never gated
     promote: str | None = None  # registry alias moved to a GO registered candidate (promote.py)
 
@@ -83,7 +140,18 @@ class GateSpec:
         object.__setattr__(
             self, "sanity", (sanity,) if isinstance(sanity, str) else tuple(map(str, sanity))
         )
-        object.__setattr__(self, "guardrails", tuple(self.guardrails or ()))
+        object.__setattr__(self, "primary", rule_of(PrimaryRule, "gate.primary", self.primary))
+        guardrails = self.guardrails or ()
+        if isinstance(guardrails, Mapping | str):
+            raise ValueError("gate.guardrails must be a list of rules such as [{metric: ...}]")
+        object.__setattr__(
+            self,
+            "guardrails",
+            tuple(
+                rule_of(GuardrailRule, f"gate.guardrails[{i}]", g) for i, g in enumerate(guardrails)
+            ),
+        )
+        object.__setattr__(self, "gsb", rule_of(GsbRule, "gate.gsb", self.gsb))
         from harness.promote import check_alias
 
         object.__setattr__(self, "promote", check_alias(self.promote))
@@ -134,30 +202,14 @@ def whole_run(metric: str) -> bool:
 def _check_rule(
     kind: str,
     key: str,
-    rule: Any,
+    rule: Rule,
     suite: Mapping[str, str],
     segments: bool,
     gsb_metric: str,
     human_labels: bool,
-) -> dict[str, Any]:
+) -> Rule:
     """One rule resolved against the compared metrics (see :func:`check_gate`)."""
-    if not isinstance(rule, Mapping):
-        raise ValueError(f"{key} must be a mapping such as {{metric: ndcg@10}} (got {rule!r})")
-    allowed = _SETTINGS[kind]
-    unknown = [str(k) for k in rule if k not in allowed]
-    if unknown:
-        raise ValueError(
-            f"{key}.{unknown[0]} is not a gate setting; {key} takes {', '.join(allowed)}"
-        )
-    for name in allowed[-1:]:
-        if name in rule:
-            try:
-                number = float(rule[name])
-            except (TypeError, ValueError):
-                number = math.nan
-            if not math.isfinite(number):
-                raise ValueError(f"{key}.{name} must be a finite number (got {rule[name]!r})")
-    metric = rule.get("metric", gsb_metric if kind == "gsb" else None)
+    metric = rule.metric if rule.metric is not None or kind != "gsb" else gsb_metric
     if metric is None:
         raise ValueError(f"{key}.metric must be set, e.g. {key}.metric=ndcg@10")
     metric = str(metric)
@@ -166,7 +218,7 @@ def _check_rule(
             raise ValueError(
                 "gate.gsb.metric='human_labels' needs compare.human_labels (a CSV of unit,label)"
             )
-        return {**rule, "metric": metric}
+        return replace(rule, metric=metric)
     try:
         canonical = str(metrics.parse(metric))
     except ValueError as err:
@@ -178,7 +230,7 @@ def _check_rule(
             "or fix the rule"
         )
     name = suite[canonical]
-    segment = str(rule.get("segment", "all"))
+    segment = str(getattr(rule, "segment", "all"))
     known = ("all", *USER_SEGMENTS, *ITEM_SEGMENTS)
     if segment not in known:
         raise ValueError(f"{key}.segment={segment!r} is not a segment (known: {', '.join(known)})")
@@ -201,7 +253,7 @@ def _check_rule(
             f"gate.gsb.metric={metric!r} is a whole-run metric: GSB counts per-user wins, so it "
             "needs a per-user metric such as ndcg@10"
         )
-    return {**rule, "metric": name}
+    return replace(rule, metric=name)
 
 
 def check_gate(
@@ -226,7 +278,7 @@ def check_gate(
     for name in compared:
         suite.setdefault(str(metrics.parse(name)), str(name))
 
-    def check(kind: str, key: str, rule: Any) -> dict[str, Any]:
+    def check(kind: str, key: str, rule: Any) -> Any:
         return _check_rule(kind, key, rule, suite, segments, gsb_metric, human_labels)
 
     return replace(
@@ -486,29 +538,17 @@ def decide(pair: PairComparison, spec: GateSpec) -> GateDecision:
             _relative_rule(
                 pair,
                 "primary",
-                str(spec.primary["metric"]),
-                str(spec.primary.get("segment", "all")),
-                float(spec.primary.get("min_lift", 0.0)),
+                str(spec.primary.metric),
+                spec.primary.segment,
+                spec.primary.min_lift,
             )
         )
     for guard in spec.guardrails:
         rules.append(
-            _relative_rule(
-                pair,
-                "guardrail",
-                str(guard["metric"]),
-                str(guard.get("segment", "all")),
-                -float(guard.get("margin", 0.0)),
-            )
+            _relative_rule(pair, "guardrail", str(guard.metric), guard.segment, -guard.margin)
         )
     if spec.gsb:
-        rules.append(
-            _gsb_rule(
-                pair,
-                str(spec.gsb.get("metric", pair.gsb_metric)),
-                float(spec.gsb.get("min_delta", 0.0)),
-            )
-        )
+        rules.append(_gsb_rule(pair, spec.gsb.metric or pair.gsb_metric, spec.gsb.min_delta))
     statuses = {r.status for r in rules}
     if "fail" in statuses:
         decision = "NO_GO"

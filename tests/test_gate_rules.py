@@ -22,6 +22,9 @@ from harness.gate import (
     EXIT_CODES,
     GateDecision,
     GateSpec,
+    GsbRule,
+    GuardrailRule,
+    PrimaryRule,
     check_gate,
     check_selection,
     decide,
@@ -37,9 +40,13 @@ BAD_WORDS = re.compile(r"\bnan\b|\binf\b|nan%|inf%", re.IGNORECASE)
 # ---------------------------------------------------------------- before the run: check_gate
 
 
-def one_line_error(spec: GateSpec, **kw) -> str:
+def one_line_error(spec: GateSpec | dict, **kw) -> str:
+    """The one-line error of building (from rule mappings, as the config gives them) and
+    checking the gate."""
     with pytest.raises(ValueError) as err:
-        check_gate(spec, kw.pop("compared", SUITE), **kw)
+        check_gate(
+            GateSpec(**spec) if isinstance(spec, dict) else spec, kw.pop("compared", SUITE), **kw
+        )
     text = str(err.value)
     assert "\n" not in text
     return text
@@ -63,7 +70,7 @@ def test_gsb_falls_back_to_compare_gsb_metric() -> None:
     text = one_line_error(GateSpec(gsb={"min_delta": 0.0}), gsb_metric="mrr@10")
     assert text.startswith("gate.gsb.metric='mrr@10'")
     got = check_gate(GateSpec(gsb={"min_delta": 0.0}), SUITE, gsb_metric="recall@10").gsb
-    assert got == {"min_delta": 0.0, "metric": "recall@10"}
+    assert got == GsbRule(metric="recall@10", min_delta=0.0)
 
 
 @pytest.mark.parametrize(
@@ -80,14 +87,14 @@ def test_gsb_falls_back_to_compare_gsb_metric() -> None:
     ],
 )
 def test_rules_that_could_never_be_evaluated(rule, kw, start) -> None:
-    assert one_line_error(GateSpec(guardrails=[rule]), **kw).startswith(start)
+    assert one_line_error({"guardrails": [rule]}, **kw).startswith(start)
 
 
 def test_gsb_needs_a_per_user_metric_or_human_labels() -> None:
     assert one_line_error(GateSpec(gsb={"metric": "coverage@10"})).startswith("gate.gsb.metric")
     assert "compare.human_labels" in one_line_error(GateSpec(gsb={"metric": "human_labels"}))
     ok = check_gate(GateSpec(gsb={"metric": "human_labels"}), SUITE, human_labels=True)
-    assert ok.gsb == {"metric": "human_labels"}
+    assert ok.gsb == GsbRule(metric="human_labels")
 
 
 def test_aliases_are_spelled_as_in_the_suite() -> None:
@@ -97,8 +104,8 @@ def test_aliases_are_spelled_as_in_the_suite() -> None:
         promote="champion",
     )
     got = check_gate(spec, SUITE)
-    assert got.primary == {"metric": "precision@10", "min_lift": 0.01}
-    assert got.guardrails == ({"metric": "map@10", "segment": "heavy", "margin": 0.1},)
+    assert got.primary == PrimaryRule(metric="precision@10", min_lift=0.01)
+    assert got.guardrails == (GuardrailRule(metric="map@10", segment="heavy", margin=0.1),)
     assert got.promote == "champion" and got.sanity == ("random",)
     assert check_gate(GateSpec(enabled=False, primary={"metric": "nope"}), SUITE).primary
 

@@ -123,7 +123,7 @@ def sizing_of(
     """:func:`sizing_rows` for one harness run (an ``ExperimentResult``): the gate's primary
     metric (else ``compare.gsb_metric``), decisions from the gate when it is on."""
     primary = getattr(gspec, "primary", None) if getattr(gspec, "enabled", False) else None
-    metric = str(primary["metric"]) if primary else cspec.gsb_metric
+    metric = str(primary.metric) if primary else cspec.gsb_metric
     per_user = {
         name: outcome.evaluation.per_user
         for name, outcome in result.outcomes.items()

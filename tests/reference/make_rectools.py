@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 from rectools import Columns
-from rectools.metrics import MAP, MRR, NDCG, HitRate, Precision, Recall, calc_metrics
+from rectools.metrics import MAP, MRR, NDCG, F1Beta, HitRate, Precision, Recall, calc_metrics
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -46,6 +46,7 @@ def main() -> None:
                 f"ap@{k}|ap_denominator=k": MAP(k=k, divide_by_k=True),
                 f"mrr@{k}": MRR(k=k),
                 f"hit_rate@{k}": HitRate(k=k),
+                f"f1@{k}": F1Beta(k=k, beta=1.0),
             }
             means = calc_metrics(named, reco=reco, interactions=interactions)
             for key, metric in named.items():
