@@ -142,7 +142,7 @@ def cell_numpy(folder: Path) -> dict[str, object]:
 def cell_spark(folder: Path, driver_memory: str) -> dict[str, object]:
     import os
 
-    from harness.spark_engine import evaluate_spark, spark_session
+    from harness.spark import evaluate_spark, spark_session
 
     t0 = time.perf_counter()
     spark = spark_session(

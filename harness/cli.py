@@ -290,7 +290,7 @@ def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
     if engine.get("name", "numpy") != "spark":
         yield metrics.evaluate
         return
-    from harness.spark_engine import evaluate_spark, spark_session
+    from harness.spark import evaluate_spark, spark_session
 
     spark = spark_session(
         master=str(engine.get("master", "local[*]")),

@@ -15,7 +15,7 @@ from metrics.options import Options, resolve_options
 from metrics.registry import MetricSpec, parse
 from metrics.side import SIDE_METRICS, BeyondInputs
 
-__all__ = ["Evaluation", "evaluate"]
+__all__ = ["Evaluation", "State", "evaluate", "finish_state", "merge_states"]
 
 _MICRO = {"precision", "recall", "f1"}
 
@@ -34,10 +34,154 @@ class Evaluation:
     per_user: pd.DataFrame
     options: dict[str, Any]
     counts: dict[str, int] = field(default_factory=dict)
+    state: State | None = field(default=None, repr=False, compare=False)
 
     def __repr__(self) -> str:
         lines = [f"{name:>20s}  {value:.6f}" for name, value in self.summary.items()]
         return "Evaluation(\n" + "\n".join(lines) + f"\n  users={self.counts.get('users')})"
+
+
+@dataclass
+class State:
+    """The mergeable aggregates of an evaluation over a set of users: what its summary and
+    counts are finished from (:func:`finish_state`), so any engine that splits the users into
+    disjoint parts can merge the parts' states (:func:`merge_states`) and finish them once.
+
+    ``sums``: additive floats (per metric: the sum and count of defined per-user values,
+    weighted sums, pooled hits / list lengths, rating errors, exposure shares); ``counts``:
+    additive ints (``Evaluation.counts``); ``tables``: additive count tables, one row per key
+    (index ``item``: how often each item is in a top-k; index ``score``: relevant / irrelevant
+    candidates per distinct score, for pooled AUC).
+    """
+
+    sums: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+def merge_states(states: Iterable[State]) -> State:
+    """One state from the states of disjoint sets of users: sums and counts added, tables added
+    key by key."""
+    out = State()
+    tables: dict[str, list[pd.DataFrame]] = {}
+    for st in states:
+        for key, value in st.sums.items():
+            out.sums[key] = out.sums.get(key, 0.0) + value
+        for key, n in st.counts.items():
+            out.counts[key] = out.counts.get(key, 0) + int(n)
+        for key, table in st.tables.items():
+            tables.setdefault(key, []).append(table)
+    for key, parts in tables.items():
+        merged = parts[0] if len(parts) == 1 else pd.concat(parts).groupby(level=0).sum()
+        out.tables[key] = merged
+    return out
+
+
+def _reduction(spec: MetricSpec, opts: Options) -> str:
+    """How a metric's per-user values become its summary (the one place that says so)."""
+    d = spec.definition
+    if d.kind == "ranking" and opts.average == "micro" and spec.metric in _MICRO:
+        return "micro"
+    if d.aggregation == "sum":
+        return "sum"
+    if d.kind == "score":
+        return {"gauc": "weighted", "global_auc": "pairs"}.get(spec.metric, "mean")
+    if d.kind == "rating":
+        return "errors"
+    if spec.metric == "exposure":
+        return "ratio"
+    if d.kind == "run" and d.aggregation == "pooled":
+        return "items"
+    return "mean"
+
+
+def _top_key(k: int | None) -> str:
+    return f"top@{k}" if k is not None else "top"
+
+
+def _count_keys(named: list[tuple[str, MetricSpec]]) -> list[str]:
+    """The keys of ``Evaluation.counts``, in order."""
+    keys = [
+        "users",
+        "users_without_relevant",
+        "users_missing_from_run",
+        "truth_users_not_evaluated",
+        "run_users_not_in_truth",
+    ]
+    for name, spec in named:
+        if spec.metric in SIDE_METRICS:
+            keys.append(f"{name}.undefined_users")
+        extra = {"score": "auc_undefined_users", "rating": "rating_pairs"}.get(spec.definition.kind)
+        if extra and extra not in keys:
+            keys.append(extra)
+    return keys
+
+
+def finish_state(
+    state: State, names: Iterable[str] | str, catalog_size: int | None = None, **options: Any
+) -> tuple[dict[str, float], dict[str, int]]:
+    """(summary, counts) of ``names`` from a (merged) :class:`State`.
+
+    ``catalog_size`` is the denominator of ``coverage`` / ``gini`` (needed only for them);
+    ``options`` (with ``preset``) are those the states were computed with.
+    """
+    opts = resolve_options(options.pop("preset", None), **options)
+    named = _specs(names)
+    sums, tables = state.sums, state.tables
+    summary: dict[str, float] = {}
+    for name, spec in named:
+        how = _reduction(spec, opts)
+        if how == "micro":
+            hits = sums.get(f"hits@{spec.k}", 0.0)
+            p = hits / max(sums.get(f"nret@{spec.k}", 0.0), 1)
+            r = hits / max(sums.get("n_rel", 0.0), 1)
+            pooled = {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
+            summary[name] = float(pooled[spec.metric])
+        elif how == "sum":
+            summary[name] = float(sums.get(f"{name}:sum", 0.0))
+        elif how in ("mean", "weighted", "ratio"):
+            den = sums.get(f"{name}:n", 0.0)
+            summary[name] = float(sums.get(f"{name}:sum", 0.0) / den) if den > 0 else float("nan")
+        elif how == "pairs":
+            hist = tables.get("scores")
+            summary[name] = _pooled_auc(hist) if hist is not None else float("nan")
+        elif how == "errors":
+            n = sums.get("rating:n", 0.0)
+            err = sums.get("rating:sse" if spec.metric == "rmse" else "rating:sae", 0.0)
+            value = err / n if n else float("nan")
+            summary[name] = float(np.sqrt(value)) if spec.metric == "rmse" else float(value)
+        else:  # items: coverage / gini over the catalog
+            table = tables.get(_top_key(spec.k))
+            freq = np.zeros(0) if table is None else table["n"].to_numpy(dtype=np.float64)
+            freq = freq[freq > 0]
+            if catalog_size is None:
+                raise ValueError(f"metric {name!r} needs the catalog size")
+            if len(freq) > catalog_size:
+                raise ValueError(
+                    f"'catalog' has {catalog_size} items but the run recommends {len(freq)} "
+                    "distinct items; pass the full catalog"
+                )
+            if spec.metric == "coverage":
+                summary[name] = beyond.coverage(np.arange(len(freq)), catalog_size)
+            else:
+                summary[name] = beyond.gini(
+                    np.concatenate([freq, np.zeros(catalog_size - len(freq))])
+                )
+    counts = {key: int(state.counts.get(key, 0)) for key in _count_keys(named)}
+    return summary, counts
+
+
+def _pooled_auc(hist: pd.DataFrame) -> float:
+    """AUC over every pooled (relevant, irrelevant) pair from a score histogram (ties 1/2).
+
+    Integer counts: the numerator ``2 · wins`` is exact."""
+    hist = hist.sort_index()
+    pos = hist["pos"].to_numpy(dtype=np.int64)
+    neg = hist["neg"].to_numpy(dtype=np.int64)
+    neg_before = np.cumsum(neg) - neg
+    wins2 = int((pos * (2 * neg_before + neg)).sum())
+    pairs = float(pos.sum()) * float(neg.sum())
+    return float(wins2 / 2) / pairs if pairs > 0 else float("nan")
 
 
 def _specs(names: Iterable[str] | str) -> list[tuple[str, MetricSpec]]:
@@ -253,82 +397,102 @@ def _finish(
     train: pd.DataFrame | None,
     catalog: Any,
 ) -> Evaluation:
-    counts = dict(prep.counts)
+    """Per-user values finalized, the mergeable :class:`State`, and the summary finished from it."""
     empty = prep.n_rel == 0
     included = ~empty if opts.empty_users == "skip" else np.ones(len(empty), bool)
-    summary: dict[str, float] = {}
-    auc_counts: scores.AucCounts | None = None
+    auc: scores.AucCounts | None = None
     for name, spec in named:
         d, values = spec.definition, acc.values[name]
         if d.kind in ("ranking", "run") and d.needs_relevant:
             values[~included] = np.nan
             if opts.empty_users == "one":  # torchmetrics' empty_target_action="pos"
                 values[empty] = 1.0
-        if spec.metric in SIDE_METRICS:
-            scope = included if d.needs_relevant else np.ones(len(values), bool)
-            counts[f"{name}.undefined_users"] = int((scope & np.isnan(values)).sum())
-        if d.kind == "ranking" and opts.average == "micro" and spec.metric in _MICRO:
-            none = np.zeros(len(prep.users))
-            hits = acc.hits.get(spec.k, none)[included].sum()
-            p = hits / max(acc.nret.get(spec.k, none)[included].sum(), 1)
-            r = hits / max(prep.n_rel[included].sum(), 1)
-            pooled = {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
-            summary[name] = float(pooled[spec.metric])
-        elif d.aggregation == "sum":
-            summary[name] = float(np.nansum(values))
-        elif d.kind == "score":
-            auc_counts = auc_counts or _auc_counts(acc)
-            counts["auc_undefined_users"] = int(np.isnan(scores.user_auc(auc_counts)).sum())
-            values[:], summary[name] = scores.score_metric(
-                spec.metric, auc_counts, gauc_weight=getattr(opts, "gauc_weight", "candidates")
-            )
+        if d.kind == "score":
+            auc = auc or scores.AucCounts(acc.auc_wins, acc.auc_pos, acc.auc_neg)
+            user = scores.user_auc(auc)
+            values[:] = np.nan if spec.metric == "global_auc" else user
         elif d.kind == "rating":
             sse, sae, n = acc.errors
-            counts["rating_pairs"] = int(n.sum())
-            err = sse if spec.metric == "rmse" else sae
             with np.errstate(invalid="ignore", divide="ignore"):
-                per = err / n
-                pooled = err.sum() / n.sum() if n.sum() else float("nan")
-            if spec.metric == "rmse":
-                per, pooled = np.sqrt(per), float(np.sqrt(pooled))
-            values[:] = np.where(n > 0, per, np.nan)
-            summary[name] = float(pooled)
-        elif spec.metric == "exposure":
-            num, den = acc.exposure[name]
-            summary[name] = float(num.sum() / den.sum()) if den.sum() > 0 else float("nan")
-        elif d.kind == "run" and d.aggregation == "pooled":
-            top = np.concatenate(acc.top.get(spec.k, [np.zeros(0, np.int64)]))
-            size = _catalog_size(catalog, prep, train)
-            distinct, freq = np.unique(top, return_counts=True)
-            if len(distinct) > size:
-                raise ValueError(
-                    f"'catalog' has {size} items but the run recommends {len(distinct)} "
-                    "distinct items; pass the full catalog"
-                )
-            if spec.metric == "coverage":
-                summary[name] = beyond.coverage(top, size)
-            else:
-                summary[name] = beyond.gini(np.concatenate([freq, np.zeros(size - len(freq))]))
-        else:
-            summary[name] = _mean(values)
+                per = (sse if spec.metric == "rmse" else sae) / n
+            values[:] = np.where(n > 0, np.sqrt(per) if spec.metric == "rmse" else per, np.nan)
+    state = _state(acc, named, prep, opts, included, auc)
+    size = None
+    if any(_reduction(s, opts) == "items" for _, s in named):
+        size = _catalog_size(catalog, prep, train)
+    summary, counts = finish_state(state, [n for n, _ in named], size, **opts.as_dict())
     per_user = pd.DataFrame(
         {name: acc.values[name] for name, _ in named},
         index=pd.Index(prep.users, name="user"),
     )
-    return Evaluation(summary, per_user, opts.as_dict(), counts)
+    return Evaluation(summary, per_user, opts.as_dict(), counts, state)
 
 
-def _auc_counts(acc: _Accumulator) -> scores.AucCounts:
-    """The AUC counts of every evaluated user, with the pooled wins when ``global_auc`` asks."""
-    pooled = float("nan")
-    if acc.pooled_scores:
-        score = np.concatenate(acc.pooled_scores)
-        pooled = float(
-            scores.auc_counts(
-                np.zeros(score.size, np.int64), score, np.concatenate(acc.pooled_relevant), 1
-            ).wins[0]
-        )
-    return scores.AucCounts(acc.auc_wins, acc.auc_pos, acc.auc_neg, pooled)
+def _state(
+    acc: _Accumulator,
+    named: list[tuple[str, MetricSpec]],
+    prep: Prepared,
+    opts: Options,
+    included: np.ndarray,
+    auc: scores.AucCounts | None,
+) -> State:
+    """The mergeable aggregates of finalized per-user values (see :class:`State`)."""
+    st = State(counts=dict(prep.counts))
+    sums = st.sums
+    for name, spec in named:
+        values, how = acc.values[name], _reduction(spec, opts)
+        if spec.metric in SIDE_METRICS:
+            scope = included if spec.definition.needs_relevant else np.ones(len(values), bool)
+            st.counts[f"{name}.undefined_users"] = int((scope & np.isnan(values)).sum())
+        if spec.definition.kind == "score" and auc is not None:
+            st.counts["auc_undefined_users"] = int(np.isnan(scores.user_auc(auc)).sum())
+        if how == "micro":
+            none = np.zeros(len(prep.users))
+            sums[f"hits@{spec.k}"] = float(acc.hits.get(spec.k, none)[included].sum())
+            sums[f"nret@{spec.k}"] = float(acc.nret.get(spec.k, none)[included].sum())
+            sums["n_rel"] = float(prep.n_rel[included].sum())
+        elif how == "sum":
+            sums[f"{name}:sum"] = float(np.nansum(values))
+        elif how == "mean":
+            ok = ~np.isnan(values)
+            sums[f"{name}:sum"], sums[f"{name}:n"] = float(values[ok].sum()), float(ok.sum())
+        elif how == "weighted" and auc is not None:
+            weight = np.asarray(auc.n_pos, np.float64)
+            if getattr(opts, "gauc_weight", "candidates") == "candidates":
+                weight = weight + auc.n_neg
+            elif opts.gauc_weight != "positives":
+                raise ValueError(
+                    f"'gauc_weight' must be 'candidates' or 'positives' (got {opts.gauc_weight!r})"
+                )
+            ok = ~np.isnan(values)
+            sums[f"{name}:sum"] = float(np.sum(values[ok] * weight[ok]))
+            sums[f"{name}:n"] = float(weight[ok].sum())
+        elif how == "pairs" and acc.pooled_scores:
+            score = np.concatenate(acc.pooled_scores)
+            relevant = np.concatenate(acc.pooled_relevant)
+            distinct, inverse = np.unique(score, return_inverse=True)
+            st.tables["scores"] = pd.DataFrame(
+                {
+                    "pos": np.bincount(inverse[relevant], minlength=len(distinct)),
+                    "neg": np.bincount(inverse[~relevant], minlength=len(distinct)),
+                },
+                index=pd.Index(distinct, name="score"),
+            ).astype(np.int64)
+        elif how == "errors":
+            sse, sae, n = acc.errors
+            sums["rating:sse"], sums["rating:sae"] = float(sse.sum()), float(sae.sum())
+            sums["rating:n"] = float(n.sum())
+            st.counts["rating_pairs"] = int(n.sum())
+        elif how == "ratio":
+            num, den = acc.exposure[name]
+            sums[f"{name}:sum"], sums[f"{name}:n"] = float(num.sum()), float(den.sum())
+        elif how == "items":
+            top = np.concatenate(acc.top.get(spec.k, [np.zeros(0, np.int64)]))
+            distinct, freq = np.unique(top, return_counts=True)
+            st.tables[_top_key(spec.k)] = pd.DataFrame(
+                {"n": freq.astype(np.int64)}, index=pd.Index(prep.item_ids(distinct), name="item")
+            )
+    return st
 
 
 def _mean(values: np.ndarray) -> float:

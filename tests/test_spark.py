@@ -18,16 +18,15 @@ import pytest
 
 import metrics
 from harness import split as hsplit
-from harness.spark_engine import (
+from harness.spark import (
     JAVA17_HOME,
-    _kth_smallest,
-    _quantile_index,
     evaluate_spark,
     global_time_spark,
     leave_one_out_spark,
     spark_session,
     topk_spark,
 )
+from harness.spark.split import _kth_smallest, _quantile_index
 from harness.synthetic import generate
 from metrics.registry import get
 

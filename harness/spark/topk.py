@@ -1,0 +1,40 @@
+"""Each user's top-k of a score table on Spark, in the order and tie rule of ``metrics``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.spark.io import _check_columns
+from metrics.options import CHOICES
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def topk_spark(scores_df: DataFrame, k: int, tie_break: str = "item_asc") -> DataFrame:
+    """Each user's ``k`` best rows of a (user, item, score) table, with a 1-based ``rank``.
+
+    Order: score descending, then the tie rule of ``metrics`` (``item_asc``, ``item_desc`` or
+    ``input_order`` = Spark's row order). Scores must be finite, as in ``metrics.evaluate``.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        raise ValueError(f"'k' must be a positive int (got {k!r})")
+    if tie_break not in CHOICES["tie_break"]:
+        raise ValueError(
+            f"option 'tie_break' must be one of {', '.join(map(repr, CHOICES['tie_break']))} "
+            f"(got {tie_break!r})"
+        )
+    _check_columns(scores_df, ("user", "item", "score"), "scores")
+    cols = scores_df.columns
+    df = scores_df
+    if tie_break == "input_order":
+        df = df.withColumn("_topk_row", sf.monotonically_increasing_id())
+        tie = sf.col("_topk_row").asc()
+    else:
+        tie = sf.col("item").asc() if tie_break == "item_asc" else sf.col("item").desc()
+    order = Window.partitionBy("user").orderBy(sf.col("score").desc(), tie)
+    ranked = df.withColumn("rank", sf.row_number().over(order))
+    return ranked.filter(sf.col("rank") <= k).select(*cols, "rank")
