@@ -184,13 +184,20 @@ def _codes(series: pd.Series, pool: Executor | None) -> _Coded:
     return _Coded([codes], [_as_strings(uniques)])
 
 
+_TAKE_ROWS = 1 << 18
+
+
 def _remap(job: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
     """``out[:] = keys[codes]``; a plain copy when the keys are the codes (sorted categories)."""
     keys, codes, out = job
     if len(keys) and keys[0] == 0 and keys[-1] == len(keys) - 1 and (np.diff(keys) == 1).all():
         out[:] = codes
-    else:
-        np.take(keys, codes, out=out, mode="clip")  # clip: unbuffered (codes are in range)
+        return
+    # in blocks: numpy's take converts and buffers the whole index array otherwise (5x slower
+    # at 100M rows); "clip" skips the bounds check (codes are in range)
+    for lo in range(0, len(codes), _TAKE_ROWS):
+        hi = lo + _TAKE_ROWS
+        np.take(keys, codes[lo:hi], out=out[lo:hi], mode="clip")
 
 
 def _link(coded: list[_Coded], pool: Executor | None) -> tuple[list[np.ndarray], pa.Array]:
