@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -567,9 +567,16 @@ def batches(
         valid = np.arange(k)[None, :] < n_ret[:, None]
         rel = np.where(valid, np.nan_to_num(_lookup(prep, users, top_items), nan=0.0), 0.0)
         labels = _lookup(prep, users, items) if need_candidates else None
+        judged = _judged(prep, users, rel, valid, n_ret, options)
+        if options.ndcg_ties == "average":
+            every = labels if labels is not None else _lookup(prep, users, items)
+            every = np.nan_to_num(every, nan=0.0)
+            gains = gain_of(every, options.gain, options.relevance_threshold)
+            tied = _tie_average_gains(scores, gains, length, cols)
+            judged = replace(judged, gains=np.where(valid, tied, 0.0))
         yield Batch(
             users=users,
-            judged=_judged(prep, users, rel, valid, n_ret, options),
+            judged=judged,
             top_items=top_items,
             scores=scores if need_candidates else None,
             labels=labels,
@@ -588,6 +595,34 @@ def batches(
             scores=empty if need_candidates else None,
             labels=empty if need_candidates else None,
         )
+
+
+def _tie_average_gains(
+    scores: np.ndarray, gains: np.ndarray, length: np.ndarray, cols: np.ndarray
+) -> np.ndarray:
+    """Gain at each selected position replaced by the mean gain of every item of the user's list
+    with the same score (torchmetrics' and scikit-learn's tie-averaged DCG).
+
+    ``scores``/``gains`` are ``[b, w]`` over every candidate (first ``length`` of each row valid),
+    ``cols`` the selected columns ``[b, K]``.
+    """
+    n, w = scores.shape
+    valid = np.arange(w)[None, :] < length[:, None]
+    row = np.broadcast_to(np.arange(n)[:, None], (n, w))[valid]
+    score = scores[valid]
+    order = np.lexsort((score, row))
+    r, s = row[order], score[order]
+    start = np.ones(len(order), bool)
+    start[1:] = (r[1:] != r[:-1]) | (s[1:] != s[:-1])
+    group = np.cumsum(start) - 1
+    mean = np.bincount(group, weights=gains[valid][order]) / np.bincount(group)
+    cell_group = np.zeros((n, w), np.int64)
+    flat = np.empty(len(order), np.int64)
+    flat[order] = group
+    cell_group[valid] = flat
+    if mean.size == 0:
+        return np.zeros(cols.shape)
+    return mean[np.take_along_axis(cell_group, cols, axis=1)]
 
 
 def _judged(

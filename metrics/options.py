@@ -13,6 +13,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "gain": ("exponential", "linear", "binary"),
     "ideal_dcg": ("relevant", "k"),
     "precision_denominator": ("k", "list"),
+    "ndcg_ties": ("ordered", "average"),
     "tie_break": ("item_asc", "item_desc", "input_order"),
     "id_order": ("natural", "string"),
     "user_set": ("truth", "intersection"),
@@ -32,6 +33,7 @@ class Options:
     gain: str = "exponential"
     ideal_dcg: str = "relevant"
     precision_denominator: str = "k"
+    ndcg_ties: str = "ordered"
     tie_break: str = "item_asc"
     id_order: str = "natural"
     user_set: str = "truth"
@@ -76,6 +78,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gain": "exponential",
         "ideal_dcg": "relevant",
         "precision_denominator": "k",
+        "ndcg_ties": "ordered",
         "tie_break": "item_asc",
         "id_order": "natural",
         "user_set": "truth",
@@ -94,6 +97,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "average": "macro",
         "ideal_dcg": "relevant",  # ndcg_cut: ideal ordering of all judged relevances, cut at k
         "precision_denominator": "k",  # P_k: relevant retrieved in the top k / k
+        "ndcg_ties": "ordered",
         "gauc_weight": "candidates",  # n/a: trec_eval has no GAUC
     },
     # RecBole 1.x, recbole/evaluator/metrics.py (commit 025bef6b) and evaluator/collector.py:
@@ -102,6 +106,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gain": "binary",  # NDCG.metric_info: dcg from pos_index (hit or not), no grades
         "ideal_dcg": "relevant",  # NDCG.metric_info: idcg_len = min(pos_len, K) ones
         "precision_denominator": "k",  # Precision.metric_info: cumsum(pos_index) / arange(1, K+1)
+        "ndcg_ties": "ordered",
         # Collector.eval_batch_collect: torch.topk over internal item ids; its order of equal
         # scores is unspecified, item_asc is the nearest fixed rule
         "tie_break": "item_asc",
@@ -117,6 +122,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gain": "binary",  # ndcg_at_k: score_type="binary" (rel = 1) by default
         "ideal_dcg": "relevant",  # ndcg_at_k: idcg over the user's true rows, head(k)
         "precision_denominator": "k",  # precision_at_k: hit / k, also for shorter lists
+        "ndcg_ties": "ordered",
         # get_top_k_items: sort_values([user, prediction]) then head(k); equal predictions keep
         # their input order (pandas' multi-column sort is stable)
         "tie_break": "input_order",
@@ -136,6 +142,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gain": "linear",  # ndcg.py:36,186: Järvelin (rel / log2(i + 1)); ndcg_burges = exponential
         "ideal_dcg": "relevant",  # ndcg.py:52: _idcg = _dcg(qrels, qrels, k)
         "precision_denominator": "k",  # precision.py:17: hits / k
+        "ndcg_ties": "ordered",
         # common.py:59,82: np.argsort on -score inside numba: stable (input order) for lists of
         # fewer than 16 items, unspecified beyond
         "tie_break": "input_order",
@@ -151,6 +158,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gain": "linear",  # ndcg.py: raw target values as gains
         "ideal_dcg": "relevant",  # ndcg.py:106: _dcg_sample_scores(target, target, top_k)
         "precision_denominator": "k",  # precision.py:59,71: / top_k; adaptive_k=True → "list"
+        "ndcg_ties": "average",  # ndcg.py:67,105: _tie_average_dcg (ignore_ties=False)
         # precision.py:69 topk / recall.py:63 argsort: order of equal scores unspecified
         "tie_break": "input_order",
         "id_order": "natural",
@@ -165,6 +173,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gain": "binary",  # ranking.py:444: (rank <= k) / log2(rank + 1)
         "ideal_dcg": "k",  # ranking.py:380,463: divide_by_achievable=False → all k positions
         "precision_denominator": "k",  # classification.py:291: tp / k (r_precision: min(k, liked))
+        "ndcg_ties": "ordered",
         "tie_break": "input_order",  # reco carries ranks, taken as given
         "id_order": "natural",
         "user_set": "truth",  # base.py:101: interactions left-join reco

@@ -110,6 +110,17 @@ def test_ms_recommenders_reference_differs_without_the_preset() -> None:
     assert ev.summary["precision@5"] != pytest.approx(ref["precision@5"], abs=1e-6)
 
 
+def test_torchmetrics_tied_ndcg_needs_tie_averaging() -> None:
+    """On tied scores torchmetrics' NDCG is reproduced by averaging, not by any tie order."""
+    ref = json.loads((REF / "torchmetrics.json").read_text())["tied_candidates"]
+    qrels, run = _frames("tied_candidates")
+    for order in CHOICES["tie_break"]:
+        ev = metrics.evaluate(
+            qrels, run, ["ndcg@3"], preset="torchmetrics", ndcg_ties="ordered", tie_break=order
+        )
+        assert ev.summary["ndcg@3"] != pytest.approx(ref["ndcg@3"]["mean"], abs=1e-6), order
+
+
 @pytest.mark.parametrize("data", sorted(DATA))
 def test_ranx(data: str) -> None:
     ranx = pytest.importorskip("ranx")

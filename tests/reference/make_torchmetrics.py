@@ -8,9 +8,9 @@ in its own environment with the CPU wheel, from the repository root:
     /tmp/tm/bin/python tests/reference/make_torchmetrics.py
 
 Writes ``tests/reference/torchmetrics.json``: ``{dataset: {name: {"mean": m, "per_user": ...}}}``
-from the module metrics (``indexes`` = user) and the functional ones per user. Only the data set
-with distinct scores is used: torchmetrics orders equal scores by ``torch.topk`` (unspecified)
-and averages the gains of tied items in NDCG.
+from the module metrics (``indexes`` = user) and the functional ones per user. On tied scores only
+NDCG is compared: torchmetrics averages the gains of tied items there (``ndcg_ties="average"``),
+and orders equal scores by ``torch.topk`` (unspecified) elsewhere.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ sys.path.insert(0, str(HERE))
 from preset_data import CUTOFFS, datasets  # noqa: E402
 
 
-def main() -> None:
-    """Compute every metric at every cutoff and write the JSON."""
-    data = datasets()["distinct"]
+def _table(data: dict, tied: bool) -> dict[str, dict]:
+    """Every metric at every cutoff; only NDCG on tied scores (the others' tie order is
+    ``torch.topk``'s, unspecified)."""
     relevance = {(u, i): r for u, i, r in data["qrels"]}
     users = sorted({u for u, _, _ in data["run"]})
     rows = {u: [(i, s) for uu, i, s in data["run"] if uu == u] for u in users}
@@ -49,6 +49,15 @@ def main() -> None:
         res[key] = {"mean": float(mean), "per_user": per}
 
     for k in CUTOFFS:
+        add(
+            f"ndcg@{k}",
+            modular.RetrievalNormalizedDCG(top_k=k),
+            functional.retrieval_normalized_dcg,
+            graded,
+            top_k=k,
+        )
+        if tied:
+            continue
         add(
             f"precision@{k}",
             modular.RetrievalPrecision(top_k=k),
@@ -69,13 +78,6 @@ def main() -> None:
             modular.RetrievalRecall(top_k=k),
             functional.retrieval_recall,
             binary,
-            top_k=k,
-        )
-        add(
-            f"ndcg@{k}",
-            modular.RetrievalNormalizedDCG(top_k=k),
-            functional.retrieval_normalized_dcg,
-            graded,
             top_k=k,
         )
         add(
@@ -104,7 +106,16 @@ def main() -> None:
             res[f"recall@{k}|empty_users={option}"] = {
                 "mean": float(module(preds, binary, indexes=index))
             }
-    out = {"distinct": res}
+    return res
+
+
+def main() -> None:
+    """Compute the tables and write the JSON."""
+    data = datasets()
+    out = {
+        "distinct": _table(data["distinct"], tied=False),
+        "tied_candidates": _table(data["tied_candidates"], tied=True),
+    }
     (HERE / "torchmetrics.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 

@@ -35,9 +35,10 @@ def _ties(seed: int = 11) -> dict[str, list[tuple[int, int, float]]]:
     return {"qrels": qrels, "run": run}
 
 
-def _distinct(seed: int = 12) -> dict[str, list[tuple[int, int, float]]]:
-    """Distinct positive scores; every listed user's truth items are among its candidates
-    (as torchmetrics needs: it only sees the scored candidates); lists of 2 to 15 items."""
+def _candidates(seed: int = 12, tied: bool = False) -> dict[str, list[tuple[int, int, float]]]:
+    """Distinct positive scores (or nine values with ``tied``); every listed user's truth items
+    are among its candidates (as torchmetrics needs: it only sees the scored candidates); lists
+    of 2 to 15 items."""
     rng = random.Random(seed)
     qrels: list[tuple[int, int, float]] = []
     run: list[tuple[int, int, float]] = []
@@ -54,14 +55,21 @@ def _distinct(seed: int = 12) -> dict[str, list[tuple[int, int, float]]]:
         listed = truth + rng.sample(others, rng.randint(max(0, 2 - len(truth)), 15 - len(truth)))
         rng.shuffle(listed)
         for item in listed:
-            score = rng.randint(1, 10**6) / 10**6
-            while score in used:
+            if tied:
+                score = rng.randint(1, 9) / 10
+            else:
                 score = rng.randint(1, 10**6) / 10**6
-            used.add(score)
+                while score in used:
+                    score = rng.randint(1, 10**6) / 10**6
+                used.add(score)
             run.append((user, item, score))
     return {"qrels": qrels, "run": run}
 
 
 def datasets() -> dict[str, dict[str, list[tuple[int, int, float]]]]:
     """``{name: {"qrels": [(user, item, relevance)], "run": [(user, item, score)]}}``."""
-    return {"ties": _ties(), "distinct": _distinct()}
+    return {
+        "ties": _ties(),
+        "distinct": _candidates(),
+        "tied_candidates": _candidates(seed=13, tied=True),
+    }
