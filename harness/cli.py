@@ -11,11 +11,12 @@ results folder left marked INCOMPLETE).
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
@@ -26,7 +27,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
 import metrics
 from harness import folders
@@ -53,9 +54,11 @@ from harness.models import Recommender, without_search_space
 from harness.promote import promote_run
 from harness.record import plan, replay, save_plan
 from harness.report import ReportContext, write_report
+from harness.schema import config_error, one_line_config_errors, register
 from harness.split import check_usable, load_or_make_split, split_cache_key
 
 EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
+register()  # the typed config schemas (harness/schema.py), before Hydra composes
 
 
 def build_models(cfg: DictConfig, progress: bool) -> tuple[dict[str, Recommender], dict[str, str]]:
@@ -302,8 +305,10 @@ def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
         spark.stop()
 
 
-def run(cfg: DictConfig) -> int:
-    """Run one experiment from a composed config; return the process exit code."""
+def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
+    """Run one experiment from a composed config; return the process exit code. ``tuning``:
+    the tuning that chose the parameters (python -m harness.tune), saved as the results
+    folder's ``tuning.json`` and shown in the report."""
     _active.clear()
     progress = bool(cfg.get("progress", True))
     runs_dir = Path(cfg.runs_dir)
@@ -327,6 +332,8 @@ def run(cfg: DictConfig) -> int:
     folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
     _active["folder"] = folder
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if tuning is not None:
+        (folder / "tuning.json").write_text(json.dumps(tuning, indent=2, default=str))
     checkpoint("candidates", folder)
     candidates, cand_stats = build_candidates(cand_spec, split, runs_dir / "splits" / key)
     if cand_spec.kind == "sampled":
@@ -495,12 +502,14 @@ def main(cfg: DictConfig) -> None:
         code = run(cfg)
     except Interrupted as stop:
         _stop(stop.signum)
-    except (DataError, ValueError, FileNotFoundError, MissingMandatoryValue) as err:
+    except (DataError, ValueError, FileNotFoundError, MissingMandatoryValue, ConfigKeyError) as err:
         if cfg.get("debug"):
             raise
         message = str(err).splitlines()[0]
         if isinstance(err, MissingMandatoryValue):
             message = f"'{err.full_key}' must be set, e.g. python -m harness {err.full_key}=..."
+        elif isinstance(err, OmegaConfBaseException):  # a value its schema refuses, read late
+            message = config_error(err)
         print(f"error: {message}", file=sys.stderr)
         _failed(message)
         code = EXIT_BAD_INPUT
@@ -525,7 +534,8 @@ def entry() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):  # also while Hydra composes the config
         signal.signal(sig, _interrupt)
     try:
-        main()
+        with one_line_config_errors(EXIT_BAD_INPUT):  # unknown or mistyped key: one line, exit 2
+            main()
     except Interrupted as stop:
         _stop(stop.signum)
     sys.exit(_worst["code"])

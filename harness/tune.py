@@ -62,6 +62,7 @@ __all__ = [
     "search_space_of",
     "tune",
     "tune_models",
+    "tuning_record",
     "validation_view",
 ]
 
@@ -808,7 +809,7 @@ def tune(cfg: DictConfig) -> int:
     print("\nrefit with the best parameters on train + validation, evaluated once on test:")
     from harness.cli import run
 
-    code = run(final)
+    code = run(final, tuning=tuning_record(outcomes, spec, split.name))
     return code or (EXIT_TUNING_FAILED if failed else 0)
 
 
@@ -828,6 +829,61 @@ def final_config(cfg: DictConfig, outcomes: Mapping[str, TuneOutcome], method: s
     return final
 
 
+def _number(value: Any) -> float | None:
+    """A finite float, else None (JSON has no NaN)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def tuning_record(
+    outcomes: Mapping[str, TuneOutcome], spec: TuneSpec, split_name: str
+) -> dict[str, Any]:
+    """What the final run's report shows of the tuning (written as its ``tuning.json``): per
+    model every trial (number, state, validation objective, parameters), the counts, the best
+    value and the chosen parameters."""
+    models = {}
+    for name, outcome in outcomes.items():
+        frame = outcome.trials
+        trials = []
+        for row in frame.to_dict("records") if len(frame) else []:
+            params = {
+                k.removeprefix("param."): v
+                for k, v in row.items()
+                if k.startswith("param.") and not (isinstance(v, float) and math.isnan(v))
+            }
+            trials.append(
+                {
+                    "number": int(row["number"]),
+                    "state": str(row["state"]),
+                    "value": _number(row.get("value")),
+                    "params": params,
+                }
+            )
+        summary = outcome.summary()
+        models[name] = {
+            "study": outcome.study,
+            "storage": outcome.storage,
+            "trials": trials,
+            "trials_complete": summary["trials_complete"],
+            "trials_failed": summary["trials_failed"],
+            "best_value": _number(outcome.best_value),
+            "best_params": dict(outcome.best_params),
+            "error": outcome.error,
+            "mlflow_run": outcome.parent_run,
+        }
+    return {
+        "objective": spec.objective,
+        "direction": "maximize" if spec.maximize else "minimize",
+        "sampler": spec.sampler,
+        "budget": {"trials": spec.trials, "timeout": spec.timeout},
+        "validation": f"{split_name}: fitted on train, scored on the validation part",
+        "models": models,
+    }
+
+
 def _parameters(cls: type) -> Mapping[str, Any]:
     import inspect
 
@@ -838,7 +894,7 @@ def _default_group(argv: list[str]) -> list[str]:
     """Command-line overrides with the ``tune`` group selected when none is given."""
     if any(re.match(r"^[+~]*tune(@[\w.]+)?=", a) for a in argv):
         return argv
-    return ["tune=default", *argv]
+    return [*argv, "tune=default"]  # after any --config-dir DIR (argparse: overrides last)
 
 
 #: The tuning tracker, so an interrupt can end its open runs as KILLED.
@@ -885,7 +941,11 @@ def main() -> None:
             )
             holder["code"] = EXIT_INTERRUPTED
 
-    _main()
+    from harness.schema import one_line_config_errors, register
+
+    register()  # the typed config schemas the option files extend
+    with one_line_config_errors(EXIT_BAD_INPUT):  # an unknown or mistyped key: one line, exit 2
+        _main()
     sys.exit(holder["code"])
 
 

@@ -8,9 +8,11 @@ metric, each candidate's decision, the overall decision).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -23,7 +25,15 @@ from harness.report.format import finite, fmt_ci, fmt_lift, fmt_value
 if TYPE_CHECKING:
     from harness.experiment import ExperimentResult
 
-__all__ = ["VERDICT_PREFIX", "DatasetInfo", "ReportContext", "Verdict", "higher_is_better"]
+__all__ = [
+    "TUNING_FILE",
+    "VERDICT_PREFIX",
+    "DatasetInfo",
+    "ReportContext",
+    "Verdict",
+    "higher_is_better",
+    "read_tuning",
+]
 
 VERDICT_PREFIX = "verdict: "
 
@@ -69,6 +79,22 @@ class Verdict:
         return f"{self.best[0]} is best on {self.metric} ({value})"
 
 
+TUNING_FILE = "tuning.json"
+
+
+def read_tuning(folder: Any) -> dict[str, Any] | None:
+    """The results folder's ``tuning.json`` (written by the final run of python -m harness.tune),
+    None when there is none or it cannot be read."""
+    if folder is None:
+        return None
+    path = Path(folder) / TUNING_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def higher_is_better(metric: str) -> bool:
     """The metric's direction from the metrics package (True when it cannot be parsed)."""
     try:
@@ -101,6 +127,7 @@ class ReportContext:
     run_ids: dict[str, str] = field(default_factory=dict)  # model (or "parent") -> MLflow run id
     primary_metric: str | None = None  # None: the gate's primary rule, else the first metric
     verdict_text: str | None = None  # the run's one-line verdict (as printed); None: computed
+    tuning: dict[str, Any] | None = None  # the tuning.json of python -m harness.tune's final run
 
     @classmethod
     def of(
@@ -140,6 +167,7 @@ class ReportContext:
             users=int(frame["user"].nunique()) if "user" in frame else None,
             items=int(frame["item"].nunique()) if "item" in frame else None,
         )
+        tuning = read_tuning(getattr(result, "folder", None))
         model_notes = [f"{n}: {note}" for n, o in result.outcomes.items() for note in o.notes]
         failures = [f"{n} failed: {o.error}" for n, o in result.outcomes.items() if o.error]
         return cls(
@@ -161,6 +189,7 @@ class ReportContext:
             run_ids=dict(run_ids or {}),
             primary_metric=primary_metric,
             verdict_text=verdict,
+            tuning=tuning,
         )
 
     def overall_decision(self) -> str | None:

@@ -16,7 +16,7 @@ import pandas as pd
 from harness.compare import PairComparison
 from harness.report.format import ci_label, finite, number, tone
 
-__all__ = ["differences_plot", "gsb_plot", "lift_plot"]
+__all__ = ["best_so_far", "differences_plot", "gsb_plot", "lift_plot", "tuning_plot"]
 
 
 def _pyplot() -> Any:
@@ -184,4 +184,44 @@ def gsb_plot(pairs: Sequence[PairComparison]) -> bytes | None:
     ax.set_title("Good / Same / Bad per user", fontsize=10, loc="left")
     ax.legend(ncols=3, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False,
               borderaxespad=0.2)
+    return _png(fig)
+
+
+def best_so_far(values: Sequence[float | None], maximize: bool) -> list[float]:
+    """The best objective after each trial (NaN before the first completed one)."""
+    best, out = float("nan"), []
+    for value in values:
+        if value is not None and finite(value):
+            better = value > best if maximize else value < best
+            best = float(value) if not finite(best) or better else best
+        out.append(best)
+    return out
+
+
+def tuning_plot(models: dict[str, Any], objective: str, maximize: bool) -> bytes | None:
+    """Validation objective per trial (dots) and the best so far (a step line), per model."""
+    series = {
+        name: [(int(t["number"]), t.get("value")) for t in m.get("trials") or []]
+        for name, m in models.items()
+    }
+    series = {n: s for n, s in series.items() if any(v is not None for _, v in s)}
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for name, points in series.items():
+        points = sorted(points)
+        x = [n for n, _ in points]
+        curve = best_so_far([v for _, v in points], maximize)
+        (line,) = ax.step(x, curve, where="post", label=f"{name} (best so far)")
+        done = [(n, v) for n, v in points if v is not None]
+        ax.scatter([n for n, _ in done], [v for _, v in done], s=14, alpha=0.5,
+                   color=line.get_color())
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("trial")
+    ax.set_ylabel(f"validation {objective}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
     return _png(fig)

@@ -129,6 +129,18 @@ class PairView:
 
 
 @dataclass
+class TuningView:
+    """How python -m harness.tune chose the parameters: trials per model, the validation curve,
+    the chosen parameters, and that only the chosen configuration was tested."""
+
+    objective: str
+    statement: str
+    table: Table
+    curve: Figure | None
+    notes: list[str]
+
+
+@dataclass
 class ReportView:
     """Everything the templates print, already formatted."""
 
@@ -156,6 +168,7 @@ class ReportView:
     config_yaml: str
     notes: list[str]
     images: dict[str, bytes] = field(default_factory=dict)
+    tuning: TuningView | None = None
 
     gate_explained: str = GATE_EXPLAINED
     pairs_explained: str = PAIRS_EXPLAINED
@@ -539,6 +552,53 @@ def _split_stats(stats: Mapping[str, Any]) -> Table | None:
     return _kv(["Statistic", "Value"], shown)
 
 
+TUNING_STATEMENT = (
+    "Each model's parameters were tuned on the validation part only: every trial was fitted on "
+    "train and scored on validation, and the test part was never read. The chosen parameters "
+    "were then refitted on train + validation and evaluated once on test: every test result in "
+    "this report is that chosen configuration's; no other trial has a test result."
+)
+
+
+def fmt_param(value: Any) -> str:
+    """A tuned parameter value: floats to 4 significant digits, others as written."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _tuning_view(tuning: Mapping[str, Any], plot: _Plotter) -> TuningView | None:
+    models = tuning.get("models") or {}
+    if not isinstance(models, Mapping) or not models:
+        return None
+    objective = str(tuning.get("objective", "objective"))
+    maximize = str(tuning.get("direction", "maximize")) != "minimize"
+    rows, notes = [], []
+    for name, m in models.items():
+        trials = m.get("trials") or []
+        params = m.get("best_params") or {}
+        chosen = ", ".join(f"{k}={fmt_param(v)}" for k, v in params.items())
+        rows.append([
+            Cell(str(name)),
+            Cell(str(len(trials))),
+            Cell(str(m.get("trials_complete", 0))),
+            Cell(str(m.get("trials_failed", 0))),
+            Cell(fmt_value(m.get("best_value")) if m.get("best_value") is not None else "-"),
+            Cell(chosen or "(configured parameters: no trial completed)"),
+        ])
+        if m.get("error"):
+            notes.append(f"{name}: {m['error']}; the test run used its configured parameters")
+    table = Table(
+        ["Model", "Trials", "Completed", "Failed", f"Best validation {objective}",
+         "Chosen parameters"],
+        rows, {"class": "tuning"}, (0, 5),
+    )
+    direction = "higher is better" if maximize else "lower is better"
+    curve = plot("tuning.png", f"Validation {objective} per trial and best so far ({direction})",
+                 lambda: plots.tuning_plot(dict(models), objective, maximize))
+    return TuningView(objective, TUNING_STATEMENT, table, curve, notes)
+
+
 def build(ctx: ReportContext) -> ReportView:
     """The report's view: every section formatted, plots drawn."""
     plot = _Plotter()
@@ -549,6 +609,9 @@ def build(ctx: ReportContext) -> ReportView:
             for i, p in enumerate(ctx.pairs, 1)]
     if ctx.pairs:
         toc.append(("gsb", "Good / Same / Bad"))
+    tuning = _tuning_view(ctx.tuning, plot) if ctx.tuning else None
+    if tuning is not None:
+        toc.append(("tuning", "Tuning"))
     toc += [("split", "Data, split and config"), ("notes", "Notes")]
     pairs = [_pair_view(i, p, ctx, plot) for i, p in enumerate(ctx.pairs, 1)]
     gsb = plot("gsb.png", "Good / Same / Bad shares per pair",
@@ -583,4 +646,5 @@ def build(ctx: ReportContext) -> ReportView:
         config_yaml=ctx.config_yaml or "(not recorded)",
         notes=[*ctx.notes, *plot.notes],
         images=plot.images,
+        tuning=tuning,
     )
