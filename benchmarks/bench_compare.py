@@ -16,7 +16,8 @@ different hit rates. The per-user tables come from `metrics.evaluate` and are no
   normal sign-flip p-value at and above it; each item bucket evaluates only its users' lists.
 
 Each (size, path) runs in a fresh subprocess; peak memory is the growth of peak RSS over the
-data already in memory.
+data already in memory. Wall and CPU seconds are both printed: on a machine shared with other
+work the wall time includes waiting for a core.
 
     python benchmarks/bench_compare.py                       # 100k and 1M users, both paths
     python benchmarks/bench_compare.py --sizes 100000 --paths after
@@ -38,8 +39,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 N_ITEMS = 50_000
 K = 10
 SUITE = [
-    "ndcg@10", "map@10", "precision@10", "recall@10", "hit_rate@10", "mrr@10",
-    "coverage@10", "novelty@10",
+    "ndcg@10",
+    "map@10",
+    "precision@10",
+    "recall@10",
+    "hit_rate@10",
+    "mrr@10",
+    "coverage@10",
+    "novelty@10",
 ]  # fmt: skip  (configs/metrics/default.yaml)
 
 
@@ -108,7 +115,7 @@ def measure(n_users: int, path: str) -> dict[str, float]:
     ]
     spec = CompareSpec(baseline="base")
     base_rss = reset_peak()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     users = np.sort(data["qrels"]["user"].unique())
     segments = segment_data(data["train"], users, spec)
     per_user = (evals[0].per_user, evals[1].per_user)
@@ -146,11 +153,12 @@ def measure(n_users: int, path: str) -> dict[str, float]:
                 rows += 1
                 sizes[seg] = int(ok.sum())
         methods = pd.Series({"bootstrap": rows})
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {
         "users": n_users,
         "path": path,
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "peak_mb": (status("VmHWM") - base_rss) / 2**20,
         "rows": rows,
         "methods": {str(k): int(v) for k, v in methods.items()},
@@ -168,8 +176,8 @@ def main() -> None:
     if args.cell:
         print(json.dumps(measure(int(args.cell[0]), args.cell[1])))
         return
-    print("| users | path | seconds | peak MB | rows | intervals |")
-    print("|---:|---|---:|---:|---:|---|")
+    print("| users | path | seconds | CPU seconds | peak MB | rows | intervals |")
+    print("|---:|---|---:|---:|---:|---:|---|")
     for n in args.sizes:
         for path in args.paths:
             out = subprocess.run(
@@ -179,7 +187,8 @@ def main() -> None:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             how = ", ".join(f"{k} {v}" for k, v in r["methods"].items())
             print(
-                f"| {n:,} | {path} | {r['seconds']:.1f} | {r['peak_mb']:.0f} | {r['rows']} | "
+                f"| {n:,} | {path} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} | "
+                f"{r['peak_mb']:.0f} | {r['rows']} | "
                 f"{how} |",
                 flush=True,
             )

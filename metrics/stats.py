@@ -168,15 +168,15 @@ class PairedComparison:
     n_resamples: int
     method: str = "bootstrap"  # how the intervals and p_randomization were computed: or "normal"
 
-    def as_dict(self) -> dict[str, float | int | str]:
-        """Flat ``{name: value}``, MLflow-safe keys; CIs as ``*_ci_low`` / ``*_ci_high``; every
-        value a number but ``method``."""
-        out: dict[str, float | int | str] = {}
+    def as_dict(self) -> dict[str, float | int]:
+        """Flat ``{name: float | int}``, MLflow-safe keys; CIs as ``*_ci_low`` / ``*_ci_high``
+        (``method``, a word, is left out)."""
+        out: dict[str, float | int] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, str):
-                out[f.name] = value
-            elif isinstance(value, GSB):
+                continue
+            if isinstance(value, GSB):
                 out.update(gsb_good=value.good, gsb_same=value.same, gsb_bad=value.bad)
                 out["gsb_delta"] = float(value.delta)
             elif isinstance(value, tuple):

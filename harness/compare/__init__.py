@@ -231,6 +231,7 @@ def _rows(
             "kind": "per-user",
             "higher_is_better": columns[name][2],
             **res.as_dict(),
+            "method": res.method,  # bootstrap | normal (metrics.stats.compare_many)
         }
     return list(rows.values())
 
@@ -296,12 +297,20 @@ def read_labels(path: str) -> pd.DataFrame:
     ``candidate`` (which candidate the rater compared with the baseline)."""
     from pathlib import Path
 
+    from harness.data import read_text_table
     from harness.errors import DataError
 
     file = Path(path)
     if not file.is_file():
         raise DataError(f"{path}: human label file not found")
-    frame = pd.read_parquet(file) if file.suffix in (".parquet", ".pq") else pd.read_csv(file)
+    if file.suffix in (".parquet", ".pq"):
+        try:
+            frame = pd.read_parquet(file)
+        except Exception as err:  # pyarrow's errors: not Parquet, truncated, unreadable
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise DataError(f"{path}: not a readable Parquet file ({first})") from None
+    else:  # CSV/TSV text: a binary or non-UTF-8 file is refused, naming the file
+        frame = read_text_table(file, "tsv" if file.suffix == ".tsv" else "csv", str(path))
     missing = [c for c in ("unit", "label") if c not in frame.columns]
     if missing:
         raise DataError(
