@@ -56,6 +56,7 @@ from harness.record import plan, replay, save_plan
 from harness.report import ReportContext, write_report
 from harness.schema import config_error, one_line_config_errors, register
 from harness.split import check_usable, load_or_make_split, split_cache_key
+from harness.tracking import configure_http
 
 EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
 register()  # the typed config schemas (harness/schema.py), before Hydra composes
@@ -310,6 +311,8 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     the tuning that chose the parameters (python -m harness.tune), saved as the results
     folder's ``tuning.json`` and shown in the report."""
     _active.clear()
+    if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri"):  # a bad value: exit 2 now
+        configure_http(cfg.tracking.get("retries"), cfg.tracking.get("timeout"))
     progress = bool(cfg.get("progress", True))
     runs_dir = Path(cfg.runs_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -391,9 +394,8 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     code = EXIT_MODEL_FAILED if result.failed else 0
     if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri"):
         try:
-            from harness.tracking import Tracker, configure_http
+            from harness.tracking import Tracker
 
-            configure_http(cfg.tracking.get("retries"), cfg.tracking.get("timeout"))
             tracker = Tracker(str(cfg.tracking.uri), str(cfg.name), cfg.tracking.get("artifacts"))
             _active["tracker"] = tracker
             ids = replay(tracker, the_plan, folder)
