@@ -282,3 +282,19 @@ def test_spark_engine_honours_gauc_weight(spark: object) -> None:
         b = evaluate_spark(qrels, run, ["gauc", "auc"], spark=spark, buckets=3, preset=preset)
         assert b.summary["gauc"] == pytest.approx(a.summary["gauc"], abs=1e-12), preset
     assert a.summary["gauc"] == pytest.approx(3.5 / 6)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_harness_config_preset_is_not_overridden_by_its_defaults(name: str) -> None:
+    """``metrics.options.preset=X`` in the harness gives X's conventions: the config's own
+    option keys are null (take the preset's value) unless set."""
+    from hydra import compose, initialize_config_module
+
+    from harness.experiment import MetricSuite
+
+    with initialize_config_module(config_module="harness.configs", version_base=None):
+        cfg = compose(config_name="config", overrides=[f"metrics.options.preset={name}"])
+    suite = MetricSuite(
+        k=cfg.metrics.k, names=tuple(cfg.metrics.names), options=dict(cfg.metrics.options)
+    )
+    assert metrics.resolve_options(**suite.evaluate_options()) == metrics.resolve_options(name)
