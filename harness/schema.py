@@ -279,6 +279,18 @@ def _schemas() -> dict[tuple[str, str], type]:
 
 
 SCHEMAS: dict[tuple[str, str], type] = {}
+#: The groups whose options extend a schema (``model`` is open, ``experiment`` is global).
+SCHEMA_GROUPS = (
+    "dataset",
+    "split",
+    "metrics",
+    "candidates",
+    "compare",
+    "gate",
+    "tracking",
+    "engine",
+    "tune",
+)
 
 
 def register() -> None:
@@ -328,14 +340,17 @@ def config_error(err: BaseException) -> str:
     found = re.search(r"full_key: (\S+)", text)
     full_key = getattr(cause, "full_key", None) or (found.group(1) if found else None)
     if full_key:
-        group = str(full_key).split(".")[0].split("[")[0]
+        top = str(full_key).split(".")[0].split("[")[0]
+        group = f"group '{top}'" if "." in str(full_key) else "the top level"
+        if option and "/" in option and option.split("/")[0] in SCHEMA_GROUPS:
+            group = f"group '{option.split('/')[0]}'"  # a key inside a list item: no full path
         origin = f" ({option})" if option and option != "config" else ""
         typed = re.search(r"object_type=(\w+)", text)
         object_type = getattr(cause, "object_type", None) or (typed.group(1) if typed else None)
         allowed = _allowed(object_type)
         if ("ConfigKeyError" in text or type(cause).__name__ == "ConfigKeyError") and allowed:
             return (
-                f"unknown config key '{full_key}' in group '{group}'{origin}; "
+                f"unknown config key '{full_key}' in {group}{origin}; "
                 f"it takes: {', '.join(allowed)}"
             )
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -343,7 +358,7 @@ def config_error(err: BaseException) -> str:
         first = why[0] if why else lines[-1] if lines else type(cause).__name__
         if cause is not err and not why and str(cause).strip():
             first = str(cause).strip().splitlines()[0]
-        return f"bad config value at '{full_key}' in group '{group}'{origin}: {first}"
+        return f"bad config value at '{full_key}' in {group}{origin}: {first}"
     text = text.split("Config search path:", 1)[0]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if len(lines) > 2 and lines[1].startswith("Available options"):
