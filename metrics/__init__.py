@@ -8,7 +8,7 @@ True
 from __future__ import annotations
 
 from metrics import definitions as _definitions  # noqa: F401  (registers every metric)
-from metrics.evaluate import Evaluation, evaluate
+from metrics.evaluate import Evaluation, State, evaluate, finish_state, merge_states
 from metrics.gsb import GSB, gsb, gsb_from_labels
 from metrics.io import read_qrels, read_run, read_trec_qrels, read_trec_run
 from metrics.judged import Judged
@@ -29,14 +29,17 @@ __all__ = [
     "GSB",
     "PRESETS",
     "Evaluation",
+    "State",
     "Judged",
     "MetricDef",
     "MetricSpec",
     "Options",
     "evaluate",
+    "finish_state",
     "gsb",
     "gsb_from_labels",
     "list_metrics",
+    "merge_states",
     "parse",
     "read_qrels",
     "read_run",

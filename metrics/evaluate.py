@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -118,11 +119,15 @@ def _count_keys(named: list[tuple[str, MetricSpec]]) -> list[str]:
 
 
 def finish_state(
-    state: State, names: Iterable[str] | str, catalog_size: int | None = None, **options: Any
+    state: State,
+    names: Iterable[str] | str,
+    catalog_size: int | Callable[[], int] | None = None,
+    **options: Any,
 ) -> tuple[dict[str, float], dict[str, int]]:
     """(summary, counts) of ``names`` from a (merged) :class:`State`.
 
-    ``catalog_size`` is the denominator of ``coverage`` / ``gini`` (needed only for them);
+    ``catalog_size`` is the denominator of ``coverage`` / ``gini`` (an int, or a function
+    called only when one of them is asked);
     ``options`` (with ``preset``) are those the states were computed with.
     """
     opts = resolve_options(options.pop("preset", None), **options)
@@ -154,6 +159,8 @@ def finish_state(
             table = tables.get(_top_key(spec.k))
             freq = np.zeros(0) if table is None else table["n"].to_numpy(dtype=np.float64)
             freq = freq[freq > 0]
+            if callable(catalog_size):
+                catalog_size = int(catalog_size())
             if catalog_size is None:
                 raise ValueError(f"metric {name!r} needs the catalog size")
             if len(freq) > catalog_size:
@@ -417,9 +424,7 @@ def _finish(
                 per = (sse if spec.metric == "rmse" else sae) / n
             values[:] = np.where(n > 0, np.sqrt(per) if spec.metric == "rmse" else per, np.nan)
     state = _state(acc, named, prep, opts, included, auc)
-    size = None
-    if any(_reduction(s, opts) == "items" for _, s in named):
-        size = _catalog_size(catalog, prep, train)
+    size = partial(_catalog_size, catalog, prep, train)
     summary, counts = finish_state(state, [n for n, _ in named], size, **opts.as_dict())
     per_user = pd.DataFrame(
         {name: acc.values[name] for name, _ in named},

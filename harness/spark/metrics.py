@@ -1,48 +1,22 @@
-"""The Spark engine: the numpy metric kernels run per bucket of users, aggregated exactly.
+"""Per-user metrics on Spark: ``metrics.evaluate`` run per bucket of users (``applyInPandas``).
 
-Nothing here defines a metric. ``evaluate_spark`` hashes every user to one of ``B`` buckets,
-co-groups the run and the truth by bucket and calls :func:`metrics.evaluate` on each bucket's
-rows (``applyInPandas``), so every per-user value comes from the same kernels, options and tie
-rules as the numpy engine. A user's rows never span two buckets, so per-user values are those
-the numpy engine computes; what remains is the global aggregation, done as
-``metrics.evaluate`` does it:
+Nothing here defines or names a metric. ``evaluate_spark`` hashes every user to one of ``B``
+buckets, co-groups the run and the truth by bucket and calls :func:`metrics.evaluate` on each
+bucket's rows, so every per-user value comes from the same kernels, options and tie rules as the
+in-process engine. A user's rows never span two buckets. Each bucket returns its per-user rows
+and its mergeable :class:`metrics.State` (sums and counts as one JSON row, count tables keyed by
+item or score as rows); :mod:`harness.spark.aggregate` adds the tables by key in Spark, merges
+the sums with :func:`metrics.merge_states` and finishes with :func:`metrics.finish_state`, the
+functions ``metrics.evaluate`` itself finishes with.
 
-- means over non-NaN per-user values, ``aggregation="sum"`` metrics as sums, micro averages
-  from pooled hits / list lengths / relevant counts (hidden ``num_rel_ret@k``, ``num_ret@k``,
-  ``num_rel`` columns requested from the same bucket call), ``gauc`` weighted by each user's
-  number of scored candidates;
-- ``rmse`` / ``mae``: per-user sums of squared / absolute errors and pair counts, pooled;
-- ``global_auc``: each bucket reduces its pooled (score, relevant) pairs to a histogram per
-  distinct score; Spark sums the histograms by score, range-partitions them by score and each
-  partition returns (lowest score, #relevant, #irrelevant, its own wins); the driver adds the
-  cross-partition wins. Counts are integers, so the AUC numerator is exact and the division is
-  the one numpy does;
-- ``coverage`` / ``gini``: each bucket returns how often each item appears in its users' top-k;
-  Spark sums them by item; the driver gets one row per distinct recommended item and calls
-  :func:`metrics.beyond.coverage` / :func:`metrics.beyond.gini`;
-- ``novelty`` / ``popularity``: the training item counts are computed once (Spark
-  ``groupBy(item).count()``, or ``value_counts`` of a pandas frame), shipped to every bucket
-  and handed to ``metrics.evaluate`` through a stand-in for its ``train`` argument.
-
-What reaches the driver: one JSON row of counts per bucket, the per-user table (the
-``Evaluation`` contract holds it as pandas; pass ``collect_per_user=False`` to keep it in Spark,
-then the summary is aggregated in Spark and the table can go to ``per_user_path``), one row per
-distinct recommended item when coverage/gini are asked, one row per range partition for
-``global_auc``, and the training item counts for novelty/popularity.
-
-Exactness: per-user values are equal to the numpy engine's up to floating-point summation
-order inside a user's row (observed differences ~1e-16; the tests demand 1e-9); with the
-per-user table collected, summaries are computed with the same numpy expressions in the same
-user order; ``global_auc``, ``coverage`` and ``gini`` are exact; counts are sums of integers.
+What reaches the driver: one JSON row per bucket, one row per distinct key of the count tables
+(recommended items for coverage/gini, distinct scores for global_auc), the per-user table unless
+``collect_per_user=False``, and the training item counts for novelty/popularity.
 
 Row order: the numpy engine's ``tie_break="input_order"`` and the summation order of a user's
 rating errors follow the run's row order. Here that order is Spark's
 ``monotonically_increasing_id`` (partition, then position), which is the file order of a single
 Parquet file and the pandas order of a frame made with ``createDataFrame``.
-
-The split helpers (``global_time_spark``, ``leave_one_out_spark``) and ``topk_spark`` give the
-same rows as :mod:`harness.split` and a pandas sort. PySpark is imported lazily, so this module
-imports without it.
 """
 
 from __future__ import annotations
@@ -59,21 +33,21 @@ import numpy as np
 import pandas as pd
 
 import metrics
-from metrics import rating
-from metrics.engine import batches, prepare, validate_qrels, validate_run
-from metrics.options import Options, resolve_options
+from harness.spark.io import _check_columns, _common_kind, _frame
+from harness.spark.session import _PANDAS3_WARNING, _python_errors, _quiet
+from metrics.engine import validate_qrels, validate_run
+from metrics.evaluate import State
+from metrics.options import resolve_options
 from metrics.registry import MetricSpec, parse
+from metrics.side import SIDE_METRICS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-from harness.spark.io import _check_columns, _common_kind, _frame
-from harness.spark.session import _PANDAS3_WARNING, _python_errors, _quiet
-
-_MICRO = {"precision", "recall", "f1"}
-_POOLED_RUN = {"coverage", "gini"}
-# Row kinds of the bucket function's output (one schema, four kinds of rows).
-_USER, _COUNTS, _ITEMS, _SCORES = 0, 1, 2, 3
+# Row kinds of the bucket function's output (one schema, three kinds of rows).
+_USER, _STATE, _TABLE = 0, 1, 2
+# Value columns of a state table row (tables have at most this many count columns).
+_TABLE_VALUES = ("v0", "v1")
 
 
 @dataclass(frozen=True)
@@ -81,49 +55,22 @@ class _Plan:
     """Everything a bucket needs; pickled once into the bucket function."""
 
     names: tuple[str, ...]  # requested names, output order
-    specs: tuple[MetricSpec, ...]
-    local: tuple[str, ...]  # names metrics.evaluate computes in each bucket
-    micro_ks: tuple[int | None, ...]  # cutoffs whose hits / list lengths are pooled
-    run_ks: tuple[int | None, ...]  # cutoffs of coverage / gini
-    need_nrel: bool
-    need_cand: bool  # gauc weights
-    need_scores: bool  # global_auc histogram
-    need_errors: bool  # rmse / mae sums
     preset: str | None
     overrides: dict[str, Any]
     batch_cells: int
     user_kind: str
     item_kind: str
     popularity: pd.Series | None = field(default=None, compare=False)
-
-    @property
-    def options(self) -> Options:
-        return resolve_options(self.preset, **self.overrides)
-
-    @property
-    def second_pass(self) -> bool:
-        return bool(self.run_ks) or self.need_scores or self.need_errors
-
-    def columns(self) -> list[tuple[str, str]]:
-        """The bucket function's output columns (one row kind per ``_kind``) and Spark types."""
-        cols = [("_kind", "int"), ("user", self.user_kind)]
-        cols += [(f"m{i}", "double") for i in range(len(self.names))]
-        cols += [(c, "double") for c in self.helper_columns()]
-        cols += [("item", self.item_kind), ("k", "bigint"), ("freq", "bigint")]
-        cols += [("score", "double"), ("pos", "bigint"), ("neg", "bigint"), ("counts", "string")]
-        return cols
+    train: pd.DataFrame | None = field(default=None, compare=False)  # side metrics only
+    side: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def schema(self) -> str:
         """The output columns as a Spark DDL schema."""
-        return ", ".join(f"{name} {kind}" for name, kind in self.columns())
-
-    def helper_columns(self) -> list[str]:
-        cols = ["n_rel"] if self.need_nrel else []
-        for j in range(len(self.micro_ks)):
-            cols += [f"hits{j}", f"nret{j}"]
-        cols += ["cand"] if self.need_cand else []
-        cols += ["sse", "sae", "npairs"] if self.need_errors else []
-        return cols
+        cols = [("_kind", "int"), ("user", self.user_kind)]
+        cols += [(f"m{i}", "double") for i in range(len(self.names))]
+        cols += [("tbl", "string"), ("item", self.item_kind), ("score", "double")]
+        cols += [(c, "double") for c in _TABLE_VALUES] + [("state", "string")]
+        return ", ".join(f"{name} {kind}" for name, kind in cols)
 
 
 class _TrainCounts:
@@ -157,68 +104,6 @@ def _named(names: Iterable[str] | str | MetricSpec) -> dict[str, MetricSpec]:
     return {str(n): parse(n) for n in items}
 
 
-def _make_plan(
-    named: dict[str, MetricSpec],
-    opts: Options,
-    preset: str | None,
-    overrides: dict[str, Any],
-    batch_cells: int,
-    user_kind: str,
-    item_kind: str,
-    popularity: pd.Series | None,
-) -> _Plan:
-    specs = list(named.values())
-    micro_ks = tuple(
-        dict.fromkeys(s.k for s in specs if opts.average == "micro" and s.metric in _MICRO)
-    )
-    run_ks = tuple(dict.fromkeys(s.k for s in specs if s.metric in _POOLED_RUN))
-    local = [n for n, s in named.items() if s.metric not in _POOLED_RUN | {"global_auc"}]
-    helpers: list[str] = []
-    if "global_auc" in {s.metric for s in specs}:
-        helpers.append("auc")  # keeps the per-user AUC (and its count) of every bucket
-    need_nrel = bool(micro_ks)
-    if need_nrel:
-        helpers.append("num_rel")
-    for k in micro_ks:
-        helpers += [str(MetricSpec("num_rel_ret", k)), str(MetricSpec("num_ret", k))]
-    if not local and not helpers:
-        helpers.append("num_rel")  # coverage / gini only: one cheap metric for the counts
-    local += [h for h in helpers if h not in local]
-    return _Plan(
-        names=tuple(named),
-        specs=tuple(specs),
-        local=tuple(local),
-        micro_ks=micro_ks,
-        run_ks=run_ks,
-        need_nrel=need_nrel,
-        need_cand=any(s.metric == "gauc" for s in specs),
-        need_scores=any(s.metric == "global_auc" for s in specs),
-        need_errors=any(s.definition.kind == "rating" for s in specs),
-        preset=preset,
-        overrides=overrides,
-        batch_cells=batch_cells,
-        user_kind=user_kind,
-        item_kind=item_kind,
-        popularity=popularity,
-    )
-
-
-def _count_keys(specs: Iterable[MetricSpec]) -> list[str]:
-    """Keys of ``Evaluation.counts`` in the order ``metrics.evaluate`` writes them."""
-    keys = [
-        "users",
-        "users_without_relevant",
-        "users_missing_from_run",
-        "truth_users_not_evaluated",
-        "run_users_not_in_truth",
-    ]
-    for s in specs:
-        extra = {"score": "auc_undefined_users", "rating": "rating_pairs"}.get(s.definition.kind)
-        if extra and extra not in keys:
-            keys.append(extra)
-    return keys
-
-
 def _placeholder_user(users: pd.Series, user_kind: str) -> Any:
     """A user id absent from ``users`` (of the same kind)."""
     if user_kind == "bigint":
@@ -228,7 +113,7 @@ def _placeholder_user(users: pd.Series, user_kind: str) -> Any:
 
 
 def _bucket(plan: _Plan, run: pd.DataFrame, qrels: pd.DataFrame) -> pd.DataFrame:
-    """One bucket: ``metrics.evaluate`` on its rows, plus the pieces of the pooled metrics."""
+    """One bucket: ``metrics.evaluate`` on its rows → per-user rows and its mergeable state."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_PANDAS3_WARNING, category=FutureWarning)
         run = run.sort_values("_row", kind="stable")[["user", "item", "score"]]
@@ -240,20 +125,19 @@ def _bucket(plan: _Plan, run: pd.DataFrame, qrels: pd.DataFrame) -> pd.DataFrame
 
 
 def _evaluate_bucket(plan: _Plan, qrels: pd.DataFrame, run: pd.DataFrame) -> pd.DataFrame:
-    opts = plan.options
+    opts = resolve_options(plan.preset, **plan.overrides)
     rows = {"_qrels_rows": len(qrels), "_run_rows": len(run)}
-    empty = dict.fromkeys(_count_keys(plan.specs), 0)
     if len(qrels) == 0:  # only users the truth does not know: nobody to evaluate
         if len(run):
             validate_run(run)
-        counts = empty | {"run_users_not_in_truth": int(run["user"].nunique())}
-        return _assemble(plan, [_counts_block(counts | rows)])
+        state = State(counts={"run_users_not_in_truth": int(run["user"].nunique())})
+        return _assemble(plan, [_state_block(state, rows)])
     placeholder = False
     if len(run) == 0:
         validate_qrels(qrels)
         if opts.user_set == "intersection":
-            counts = empty | {"truth_users_not_evaluated": int(qrels["user"].nunique())}
-            return _assemble(plan, [_counts_block(counts | rows)])
+            state = State(counts={"truth_users_not_evaluated": int(qrels["user"].nunique())})
+            return _assemble(plan, [_state_block(state, rows)])
         # metrics.evaluate needs a non-empty run: one row of a user the truth does not know
         user = _placeholder_user(qrels["user"], plan.user_kind)
         run = pd.DataFrame(
@@ -264,118 +148,55 @@ def _evaluate_bucket(plan: _Plan, qrels: pd.DataFrame, run: pd.DataFrame) -> pd.
             }
         )
         placeholder = True
-    train = _TrainCounts(plan.popularity) if plan.popularity is not None else None
+    train: Any = plan.train
+    if train is None and plan.popularity is not None:
+        train = _TrainCounts(plan.popularity)
     ev = metrics.evaluate(
         qrels,
         run,
-        list(plan.local),
+        list(plan.names),
         train=train,
         preset=plan.preset,
         batch_cells=plan.batch_cells,
+        **plan.side,
         **plan.overrides,
     )
-    counts = empty | ev.counts
+    state = ev.state or State()
     if placeholder:
-        counts["run_users_not_in_truth"] -= 1
+        state.counts["run_users_not_in_truth"] -= 1
     per = ev.per_user
-    n = len(per)
-    block: dict[str, Any] = {"_kind": np.full(n, _USER, np.int32), "user": per.index.to_numpy()}
+    block: dict[str, Any] = {
+        "_kind": np.full(len(per), _USER, np.int32),
+        "user": per.index.to_numpy(),
+    }
     for i, name in enumerate(plan.names):
-        block[f"m{i}"] = per[name].to_numpy() if name in plan.local else np.full(n, np.nan)
-    if plan.need_nrel:
-        block["n_rel"] = per["num_rel"].to_numpy()
-    for j, k in enumerate(plan.micro_ks):
-        block[f"hits{j}"] = per[str(MetricSpec("num_rel_ret", k))].to_numpy()
-        block[f"nret{j}"] = per[str(MetricSpec("num_ret", k))].to_numpy()
-    if plan.need_cand:  # every run row is a scored candidate (scores are validated finite)
-        if opts.gauc_weight == "positives":  # RecBole: weight by the relevant candidates
-            judged = run[["user", "item"]].merge(qrels, on=["user", "item"], how="left")
-            hit = judged["relevance"].to_numpy(dtype=np.float64) >= opts.relevance_threshold
-            sizes = pd.Series(hit, index=run.index).groupby(run["user"], sort=False).sum()
-        else:
-            sizes = run.groupby("user", sort=False).size()
-        block["cand"] = sizes.reindex(per.index, fill_value=0).to_numpy(dtype=np.float64)
-    blocks = [block, _counts_block(counts | rows)]
-    if plan.second_pass:
-        blocks += _pooled_pieces(plan, opts, qrels, run, block, n)
-    return _assemble(plan, blocks)
+        block[f"m{i}"] = per[name].to_numpy()
+    return _assemble(plan, [block, _state_block(state, rows), *_table_blocks(state)])
 
 
-def _pooled_pieces(
-    plan: _Plan,
-    opts: Options,
-    qrels: pd.DataFrame,
-    run: pd.DataFrame,
-    block: dict[str, Any],
-    n: int,
-) -> list[dict[str, Any]]:
-    """Top-k item counts, score histogram and per-user rating errors of one bucket.
+def _state_block(state: State, rows: dict[str, int]) -> dict[str, Any]:
+    """A bucket's sums and counts (and its tables' layouts) as one JSON row."""
+    layout = {k: [t.index.name, list(t.columns)] for k, t in state.tables.items()}
+    text = json.dumps({"sums": state.sums, "counts": state.counts | rows, "tables": layout})
+    return {"_kind": np.array([_STATE], np.int32), "state": [text]}
 
-    The same ``prepare`` / ``batches`` the numpy engine uses, read the way its accumulator reads
-    them (``metrics.evaluate._Accumulator.add``).
-    """
-    prep = prepare(qrels, run, opts)
-    ks = plan.run_ks
-    depth = None if any(k is None for k in ks) else max((k for k in ks if k), default=1)
-    tops: list[list[np.ndarray]] = [[] for _ in ks]
-    pooled_scores: list[np.ndarray] = []
-    pooled_relevant: list[np.ndarray] = []
-    errors: list[np.ndarray] = [np.zeros(n), np.zeros(n), np.zeros(n)]
-    need_candidates = plan.need_scores or plan.need_errors
-    thr = opts.relevance_threshold
-    for batch in batches(
-        prep, opts, depth=depth, need_candidates=need_candidates, budget=plan.batch_cells
-    ):
-        j = batch.judged
-        for idx, k in enumerate(ks):
-            c = j.cut(k)
-            valid = np.arange(c)[None, :] < j.n_ret[:, None]
-            tops[idx].append(batch.top_items[:, :c][valid])
-        if batch.scores is None or batch.labels is None:
-            continue
-        cand = np.isfinite(batch.scores)
-        if plan.need_scores:
-            pooled_scores.append(batch.scores[cand])
-            pooled_relevant.append(np.nan_to_num(batch.labels[cand], nan=0.0) >= thr)
-        if plan.need_errors:
-            judged = cand & np.isfinite(batch.labels)
-            rows = np.nonzero(judged)[0]
-            parts = rating.user_errors(
-                rows, batch.labels[judged], batch.scores[judged], len(batch.users)
-            )
-            for total, part in zip(errors, parts, strict=True):  # same order as numpy
-                total[batch.users] += part
-    out: list[dict[str, Any]] = []
-    if plan.need_errors:
-        block.update(sse=errors[0], sae=errors[1], npairs=errors[2])
-    for idx, chunks in enumerate(tops):
-        keys = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
-        items, freq = np.unique(prep.item_ids(keys), return_counts=True)
-        out.append(
-            {
-                "_kind": np.full(len(items), _ITEMS, np.int32),
-                "item": items,
-                "k": np.full(len(items), idx, np.int64),
-                "freq": freq.astype(np.int64),
-            }
-        )
-    if plan.need_scores and pooled_scores:
-        s = np.concatenate(pooled_scores)
-        rel = np.concatenate(pooled_relevant)
-        values, inverse = np.unique(s, return_inverse=True)
-        out.append(
-            {
-                "_kind": np.full(len(values), _SCORES, np.int32),
-                "score": values,
-                "pos": np.bincount(inverse[rel], minlength=len(values)).astype(np.int64),
-                "neg": np.bincount(inverse[~rel], minlength=len(values)).astype(np.int64),
-            }
-        )
+
+def _table_blocks(state: State) -> list[dict[str, Any]]:
+    """A bucket's state tables as rows (key in ``item`` or ``score``, counts in ``v0``, ``v1``)."""
+    out = []
+    for key, table in state.tables.items():
+        if len(table.columns) > len(_TABLE_VALUES):
+            raise ValueError(f"state table {key!r} has more than {len(_TABLE_VALUES)} columns")
+        n = len(table)
+        block: dict[str, Any] = {
+            "_kind": np.full(n, _TABLE, np.int32),
+            "tbl": np.full(n, key, dtype=object),
+            "item" if table.index.name == "item" else "score": table.index.to_numpy(),
+        }
+        for col, value in zip(_TABLE_VALUES, table.columns, strict=False):
+            block[col] = table[value].to_numpy(dtype=np.float64)
+        out.append(block)
     return out
-
-
-def _counts_block(counts: dict[str, int]) -> dict[str, Any]:
-    return {"_kind": np.array([_COUNTS], np.int32), "counts": [json.dumps(counts)]}
 
 
 def _assemble(plan: _Plan, blocks: list[dict[str, Any]]) -> pd.DataFrame:
@@ -386,7 +207,8 @@ def _assemble(plan: _Plan, blocks: list[dict[str, Any]]) -> pd.DataFrame:
     """
     sizes = [len(b["_kind"]) for b in blocks]
     columns: dict[str, Any] = {}
-    for name, kind in plan.columns():
+    for item in plan.schema().split(", "):
+        name, kind = item.split(" ")
         if kind in ("int", "bigint"):
             dtype: Any = np.int32 if kind == "int" else np.int64
             fill: Any = 0
@@ -402,6 +224,16 @@ def _assemble(plan: _Plan, blocks: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
+def _side_frame(data: Any) -> Any:
+    """An item-level side input as pandas (a Spark DataFrame is collected: one row per item)."""
+    if data is None or isinstance(data, pd.DataFrame | str):
+        return data
+    if hasattr(data, "toPandas"):
+        with _quiet():
+            return pd.DataFrame(data.toPandas())
+    return data
+
+
 def evaluate_spark(
     qrels: Any,
     run: Any,
@@ -411,6 +243,9 @@ def evaluate_spark(
     buckets: int | None = None,
     train: Any = None,
     catalog: Any = None,
+    item_features: Any = None,
+    item_embeddings: Any = None,
+    item_groups: Any = None,
     preset: str | None = None,
     batch_cells: int = 1 << 23,
     per_user_path: str | os.PathLike[str] | None = None,
@@ -422,13 +257,20 @@ def evaluate_spark(
 
     ``qrels``, ``run`` and ``train`` are Spark DataFrames, Parquet paths or pandas DataFrames.
     ``buckets`` (default: twice ``spark.sql.shuffle.partitions``) is the number of user groups
-    evaluated independently; each must fit in one Python worker. ``per_user_path`` writes the
-    per-user table (``user`` plus one column per requested name) as Parquet from Spark.
-    ``collect_per_user=False`` leaves ``per_user`` empty and aggregates the summary in Spark
-    (for user counts the driver cannot hold). Other keywords are ``metrics.evaluate``'s options.
+    evaluated independently; each must fit in one Python worker. Each bucket returns its
+    per-user rows and its mergeable :class:`metrics.State`; the driver merges the states and
+    finishes them with ``metrics.finish_state`` (nothing here names a metric).
+    ``per_user_path`` writes the per-user table (``user`` plus one column per requested name)
+    as Parquet from Spark. ``collect_per_user=False`` leaves ``per_user`` empty (for user
+    counts the driver cannot hold). The item-level side inputs (``item_features``,
+    ``item_embeddings``, ``item_groups``) and, for the beyond-accuracy metrics that read
+    training histories or co-occurrence, ``train`` are shipped to every bucket as pandas.
+    Other keywords are ``metrics.evaluate``'s options.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
+
+    from harness.spark.aggregate import finish
 
     opts = resolve_options(preset, **options)
     if isinstance(batch_cells, bool) or not isinstance(batch_cells, int) or batch_cells <= 0:
@@ -459,8 +301,28 @@ def evaluate_spark(
     popularity = None
     if wants & {"novelty", "popularity"}:
         popularity = _popularity(train, item_kind)
-    plan = _make_plan(
-        named, opts, preset, dict(options), batch_cells, user_kind, item_kind, popularity
+    train_pd = None
+    if wants & set(SIDE_METRICS) and train is not None:
+        train_pd = train if isinstance(train, pd.DataFrame) else _side_frame(train)
+    side = {
+        key: _side_frame(value)
+        for key, value in (
+            ("item_features", item_features),
+            ("item_embeddings", item_embeddings),
+            ("item_groups", item_groups),
+        )
+        if value is not None
+    }
+    plan = _Plan(
+        names=tuple(named),
+        preset=preset,
+        overrides=dict(options),
+        batch_cells=batch_cells,
+        user_kind=user_kind,
+        item_kind=item_kind,
+        popularity=popularity,
+        train=train_pd,
+        side=side,
     )
 
     def bucketed(df: DataFrame, cols: list[str]) -> DataFrame:
@@ -482,18 +344,7 @@ def evaluate_spark(
         )
     try:
         with _python_errors(), _quiet():
-            return _finish(
-                spark,
-                out,
-                plan,
-                opts,
-                q,
-                r,
-                train,
-                catalog,
-                per_user_path,
-                collect_per_user,
-            )
+            return finish(out, plan, opts, q, r, train, catalog, per_user_path, collect_per_user)
     finally:
         out.unpersist()
 
@@ -509,6 +360,3 @@ def _popularity(train: Any, item_kind: str) -> pd.Series:
     )
     items = counts["item"].to_numpy(dtype=np.int64 if item_kind == "bigint" else object)
     return pd.Series(counts["count"].to_numpy(dtype=np.int64), index=items, name="count")
-
-
-from harness.spark.aggregate import _finish  # noqa: E402
