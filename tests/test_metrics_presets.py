@@ -298,3 +298,23 @@ def test_harness_config_preset_is_not_overridden_by_its_defaults(name: str) -> N
         k=cfg.metrics.k, names=tuple(cfg.metrics.names), options=dict(cfg.metrics.options)
     )
     assert metrics.resolve_options(**suite.evaluate_options()) == metrics.resolve_options(name)
+
+
+@pytest.mark.parametrize("k", CUTOFFS)
+def test_ndcg_ties_average_matches_scikit_learn(k: int) -> None:
+    """``ndcg_ties="average"`` with linear gains is scikit-learn's ``ndcg_score`` (ties averaged)
+    on each user's scored candidates, graded relevance and tied scores."""
+    metrics_sk = pytest.importorskip("sklearn.metrics")
+    qrels, run = _frames("tied_candidates")
+    ev = metrics.evaluate(
+        qrels, run, [f"ndcg@{k}"], gain="linear", ndcg_ties="average", empty_users="zero"
+    )
+    rel = qrels.set_index(["user", "item"])["relevance"]
+    for user, rows in run.groupby("user"):
+        truth = rel.reindex(list(zip(rows["user"], rows["item"], strict=True)), fill_value=0.0)
+        expected = (
+            metrics_sk.ndcg_score([truth.to_numpy()], [rows["score"].to_numpy()], k=k)
+            if len(rows) > 1
+            else float(truth.iloc[0] > 0)
+        )
+        assert ev.per_user.loc[user, f"ndcg@{k}"] == pytest.approx(expected, abs=1e-12), user
