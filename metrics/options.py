@@ -116,18 +116,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "average": "macro",  # TopkMetric.topk_result: mean over users
         "gauc_weight": "positives",  # GAUC.metric_info: (user_auc * pos_len).sum() / pos_len.sum()
     },
-    # Microsoft Recommenders 1.2, recommenders/evaluation/python_evaluation.py:
+    # Microsoft Recommenders 1.2.1, recommenders/evaluation/python_evaluation.py (:line):
     "ms_recommenders": {
-        "ap_denominator": "min_k_relevant",  # map_at_k: rr / min(actual, k) (`map`: "relevant")
-        "gain": "binary",  # ndcg_at_k: score_type="binary" (rel = 1) by default
-        "ideal_dcg": "relevant",  # ndcg_at_k: idcg over the user's true rows, head(k)
-        "precision_denominator": "k",  # precision_at_k: hit / k, also for shorter lists
+        "ap_denominator": "min_k_relevant",  # :833 map_at_k: rr / min(actual, k) (`map`: relevant)
+        "gain": "binary",  # :611,657 ndcg_at_k: score_type="binary" (rel = 1) by default
+        "ideal_dcg": "relevant",  # :676-688 ndcg_at_k: idcg over the user's true rows, head(k)
+        "precision_denominator": "k",  # :496 precision_at_k: hit / k, also for shorter lists
         "ndcg_ties": "ordered",
-        # get_top_k_items: sort_values([user, prediction]) then head(k); equal predictions keep
-        # their input order (pandas' multi-column sort is stable)
+        # :864-870 get_top_k_items: sort_values([user, prediction]), head(k); equal predictions
+        # keep their input order (pandas' multi-column sort is stable; checked on tied scores)
         "tie_break": "input_order",
         "id_order": "natural",
-        "user_set": "intersection",  # merge_ranking_true_pred: common_users, n_users
+        "user_set": "intersection",  # :409-412 common_users (ndcg_at_k :653 outer-joins: truth)
         # every rating_true row counts as relevant, so each evaluated user has one
         "empty_users": "skip",
         "average": "macro",  # Σ per-user value / n_users
