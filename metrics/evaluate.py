@@ -344,8 +344,12 @@ def evaluate(
     """Compute ``names`` (``"ndcg@10"``, ``"map"``, ``"auc"`` …) for ``run`` judged by ``qrels``.
 
     ``qrels`` has columns ``user, item, relevance``; ``run`` has ``user, item, score`` (higher is
-    better). Options (``gain``, ``ap_denominator``, ``tie_break``, ``user_set``, ``empty_users``,
-    ``average``, ``relevance_threshold``) override ``preset``. ``train`` (``user, item``) gives the
+    better). Options (``gain``, ``ap_denominator``, ``ideal_dcg``, ``precision_denominator``,
+    ``ndcg_ties``, ``tie_break``, ``id_order``, ``user_set``, ``empty_users``, ``average``,
+    ``gauc_weight``, ``relevance_threshold`` …, see :data:`metrics.options.CHOICES`) override
+    ``preset`` (``default``, ``trec_eval``, ``recbole``, ``ms_recommenders``, ``ranx``,
+    ``torchmetrics``, ``rectools``: :data:`metrics.options.PRESETS`). ``train`` (``user, item``)
+    gives the
     item popularity that ``novelty`` and ``popularity`` need; ``catalog`` (a size or the item ids)
     is the denominator of ``coverage`` and ``gini`` (default: every item seen in any table).
     Beyond-accuracy side inputs, each a DataFrame with an ``item`` column: ``item_features``
