@@ -189,11 +189,14 @@ def _no_decision(
 
 
 def _verdicts(
-    result: ExperimentResult, cspec: CompareSpec, gspec: GateSpec
+    result: ExperimentResult,
+    cspec: CompareSpec,
+    gspec: GateSpec,
+    evaluate: Evaluator = metrics.evaluate,
 ) -> tuple[list[PairComparison], dict[str, GateDecision], str | None, list[str], str]:
     """Compare every model with the baseline and gate the candidates (sanity baselines such as
     ``random`` are compared, never gated); the last item is the one-line verdict."""
-    pairs, notes = compare_models(result, cspec)
+    pairs, notes = compare_models(result, cspec, evaluate)
     gated = [p for p in pairs if p.candidate not in gspec.sanity]
     decisions = {p.candidate: decide(p, gspec) for p in gated} if gspec.enabled else {}
     overall = worst([d.decision for d in decisions.values()]) if decisions else None
@@ -354,9 +357,10 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
             load_errors=load_errors,
             evaluate=evaluate,
         )
-    result.candidates = cand_stats
-    print(format_summary(result))
-    pairs, decisions, overall, notes, verdict = _verdicts(result, cspec, gspec)
+        result.candidates = cand_stats
+        print(format_summary(result))
+        # segments are evaluated by the same engine, so it stays open for the comparison
+        pairs, decisions, overall, notes, verdict = _verdicts(result, cspec, gspec, evaluate)
     sizing = sizing_of(result, pairs, decisions, cspec, gspec)  # online A/B test sizing
     notes = notes + sizing_notes(sizing, cspec)
     checkpoint("report", folder)

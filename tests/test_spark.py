@@ -399,3 +399,42 @@ def test_harness_engine_spark_equals_numpy_end_to_end(tmp_path: Path) -> None:
         assert np.allclose(a.to_numpy(), b.to_numpy(), atol=TOL, rtol=0, equal_nan=True)
     verdict = [x for x in out_n.splitlines() if "gate" in x or "ΔGSB" in x]
     assert verdict and verdict == [x for x in out_s.splitlines() if "gate" in x or "ΔGSB" in x]
+
+
+# ------------------------------------------------------------------------------ segments
+
+
+def test_item_bucket_segments_through_the_engine(spark: Any) -> None:
+    """The comparison's item-bucket segments, evaluated by the Spark engine, equal the numpy
+    engine's; string and integer ids give the same values."""
+    from functools import partial
+
+    from harness.compare import _bucket_tables
+
+    names = ["ndcg@5", "recall@5", "mrr", "precision@3"]
+    found = {}
+    for text_ids in (False, True):
+        qrels, run, _ = synthetic(11, n=60, text_ids=text_ids)
+        recs = []
+        for seed in (0, 1):  # two models: the run's order, and a reshuffled one
+            r = run.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+            r["rank"] = r.groupby("user").cumcount() + 1
+            recs.append(r[["user", "item", "rank"]])
+        items = pd.unique(pd.concat([qrels["item"], run["item"]]))
+        bucket_of = pd.Series(np.resize(["head", "mid", "tail"], len(items)), index=items)
+        a = _bucket_tables(qrels, tuple(recs), names, bucket_of, {}, metrics.evaluate)
+        b = _bucket_tables(
+            qrels, tuple(recs), names, bucket_of, {}, partial(evaluate_spark, spark=spark)
+        )
+        for bucket in ("head", "mid", "tail"):
+            for x, y in zip(a[bucket], b[bucket], strict=True):
+                assert len(x) > 0
+                pd.testing.assert_frame_equal(x, y, check_exact=False, rtol=0, atol=TOL)
+        found[text_ids] = a
+    for bucket in ("head", "mid", "tail"):
+        plain = found[False][bucket][0]
+        text = found[True][bucket][0]
+        text.index = text.index.str[1:].astype(np.int64)
+        pd.testing.assert_frame_equal(
+            text.sort_index(), plain, check_exact=False, rtol=0, atol=TOL, check_names=False
+        )

@@ -8,7 +8,7 @@ table, one row per (segment, metric), with the effect, its confidence interval, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +144,7 @@ def _bucket_tables(
     names: Sequence[str],
     bucket_of: pd.Series,
     options: Mapping[str, Any],
+    evaluate: Callable[..., metrics.Evaluation] = metrics.evaluate,
 ) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
     """Per item bucket (head, mid, tail), both models' per-user metrics judged only against each
     user's test items in that bucket (items unseen in training count as tail).
@@ -174,7 +175,7 @@ def _bucket_tables(
             mine = pd.DataFrame({"user": user[keep], "item": item[keep], "score": score[keep]})
             if mine.empty:
                 mine = truth.assign(score=0.0).iloc[:0][["user", "item", "score"]]
-            tables.append(metrics.evaluate(truth, mine, list(names), **options).per_user)
+            tables.append(evaluate(truth, mine, list(names), **options).per_user)
         out[bucket] = (tables[0], tables[1].reindex(tables[0].index))
     return out
 
@@ -248,6 +249,7 @@ def compare_pair(
     qrels: pd.DataFrame | None = None,
     recs: tuple[pd.DataFrame, pd.DataFrame] | None = None,
     options: Mapping[str, Any] | None = None,
+    evaluate: Callable[..., metrics.Evaluation] = metrics.evaluate,
 ) -> PairComparison:
     """Compare ``candidate`` with ``baseline`` on every metric, overall and per segment.
 
@@ -272,7 +274,9 @@ def compare_pair(
             rows += _rows(a[keep], b[keep], names, seg, spec, None)
         if qrels is not None and recs is not None:
             ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
-            buckets = _bucket_tables(qrels, recs, ranked, segments.item_bucket, options or {})
+            buckets = _bucket_tables(
+                qrels, recs, ranked, segments.item_bucket, options or {}, evaluate
+            )
             for bucket, (pa, pb) in buckets.items():
                 rows += _rows(pa, pb, ranked, f"items:{bucket}", spec, None)
     table = pd.DataFrame(rows)
@@ -359,9 +363,12 @@ def compared_metrics(suite: Sequence[str], chosen: Sequence[str] | None) -> list
 
 
 def compare_models(
-    result: ExperimentResult, spec: CompareSpec
+    result: ExperimentResult,
+    spec: CompareSpec,
+    evaluate: Callable[..., metrics.Evaluation] = metrics.evaluate,
 ) -> tuple[list[PairComparison], list[str]]:
-    """Every successful model against ``spec.baseline`` on the run's split (with segments)."""
+    """Every successful model against ``spec.baseline`` on the run's split (with segments);
+    ``evaluate`` is the run's metric engine (the item-bucket segments are evaluated by it)."""
     notes: list[str] = []
     if not spec.baseline:
         return [], notes
@@ -397,6 +404,7 @@ def compare_models(
                 qrels=qrels,
                 recs=(base.recommendations, outcome.recommendations),
                 options=result.suite.evaluate_options(),
+                evaluate=evaluate,
             )
         )
     if spec.human_labels and pairs:
