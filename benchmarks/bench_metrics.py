@@ -208,9 +208,9 @@ def cell(tool: str, ids: str, n_users: int, repeat: int) -> dict[str, object]:
         run_ranx(*make_data(50, ids=ids), warm_only=True)
         jit = time.perf_counter() - t0
     base = _reset_peak()
-    times = []
+    times, cpu = [], []
     for _ in range(repeat if tool == "ours" else 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if tool == "ours":
             values = run_ours(qrels, run)
         elif tool == "kernel":
@@ -220,6 +220,7 @@ def cell(tool: str, ids: str, n_users: int, repeat: int) -> dict[str, object]:
         else:
             values = run_pytrec(qrels, run)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     seconds = min(times)
     if tool == "kernel":
         seconds = float(values.pop("_kernel_seconds"))
@@ -228,6 +229,7 @@ def cell(tool: str, ids: str, n_users: int, repeat: int) -> dict[str, object]:
         "ids": ids,
         "users": n_users,
         "seconds": seconds,
+        "cpu_seconds": min(cpu),  # all threads; less sensitive than wall time to a busy machine
         "runs": len(times),
         "peak_mb": (_status("VmHWM") - base) / 2**20,
         "values": values,
@@ -293,7 +295,7 @@ def _row(r: dict, ref: dict) -> tuple[object, ...]:
     """One table row; times and values relative to ours with int ids."""
     n, t, ids = r["users"], r["tool"], r["ids"]
     if "error" in r:
-        return (n, t, ids, r["error"], "", "", "")
+        return (n, t, ids, r["error"], "", "", "", "")
     vals = r["values"]
     note = ""
     if t == "ranx":
@@ -309,7 +311,8 @@ def _row(r: dict, ref: dict) -> tuple[object, ...]:
     if "values" in ref:
         diff = max(abs(vals[m] - ref["values"][m]) for m in METRICS if m in vals)
         note = f"max |diff| {diff:.1e}; {note}".strip("; ")
-    return (n, t, ids, f"{r['seconds']:.2f}", f"{r['peak_mb']:.0f}", f"{ratio:.2f}x", note)
+    cpu = f"{r['cpu_seconds']:.2f}" if t != "kernel" else ""
+    return (n, t, ids, f"{r['seconds']:.2f}", cpu, f"{r['peak_mb']:.0f}", f"{ratio:.2f}x", note)
 
 
 def main() -> None:
@@ -345,14 +348,16 @@ def main() -> None:
         rows += [_row(r, ref) for r in res.values()]
         if n > args.peers_max:
             rows += [
-                (n, t, "str", "not run", "", "", "out of memory at 20 GB per shared/NOTES.md")
+                (n, t, "str", "not run", "", "", "", "out of memory at 20 GB per shared/NOTES.md")
                 for t in ("ranx", "pytrec_eval")
             ]
         for ids in IDS[1:]:
             other = res.get(("ours", ids), {})
             if "seconds" in other and "seconds" in ref:
-                ratios.append(f"{n} users, {ids}/int: {other['seconds'] / ref['seconds']:.2f}")
-    header = ("users", "tool", "ids", "seconds", "peak MB", "time / ours int", "notes")
+                wall = other["seconds"] / ref["seconds"]
+                cpu = other["cpu_seconds"] / ref["cpu_seconds"]
+                ratios.append(f"{n} users, {ids}/int: {wall:.2f} (CPU {cpu:.2f})")
+    header = ("users", "tool", "ids", "seconds", "CPU s", "peak MB", "time / ours int", "notes")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)))

@@ -114,7 +114,9 @@ def _same_kind(q: pd.Series, r: pd.Series, column: str) -> bool:
 def _arrow_strings(series: pd.Series) -> pa.ChunkedArray | None:
     """The column's Arrow string data when it is Arrow-backed (pandas 3 ``str``), else None."""
     dtype = series.dtype
-    arrow = (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow") or (
+    arrow = (
+        isinstance(dtype, pd.StringDtype) and dtype.storage in ("pyarrow", "pyarrow_numpy")
+    ) or (
         isinstance(dtype, pd.ArrowDtype)
         and (
             pa.types.is_string(dtype.pyarrow_dtype) or pa.types.is_large_string(dtype.pyarrow_dtype)
@@ -287,6 +289,11 @@ def _user_keys(
     if isinstance(group, np.ndarray):
         return q_user.to_numpy(dtype=np.int64), group, None
     (q_keys, group_keys), distinct = _link([_codes(q_user, pool), group], pool)
+    if len(pd.unique(group_keys)) != len(group_keys):
+        raise ValueError(
+            "run column 'user' holds different ids with the same text (such as 1 and '1'); "
+            "make the ids one type"
+        )
     return q_keys, group_keys, pd.array(distinct, dtype="str")
 
 
