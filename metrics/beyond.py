@@ -169,24 +169,40 @@ def history_similarity(
     size = np.asarray(history.sum(axis=1)).ravel()
     users, width = rows.shape
     out = np.full(rows.shape, np.nan)
-    dense = not sp.issparse(vectors)
-    d = vectors.shape[1]
-    step = max(1, _CHUNK_CELLS // max(1, width * (d if dense else 64)))
-    for lo in range(0, users, step):
-        r = rows[lo : lo + step]
-        summed = history[lo : lo + step] @ vectors
-        if dense:
-            dots = np.einsum("ucd,ud->uc", vectors[r], summed)
-        else:
-            owner = np.repeat(np.arange(r.shape[0]), width)
-            dots = (
-                np.asarray(vectors[r.ravel()].multiply(sp.csr_matrix(summed)[owner]).sum(axis=1))
-                .ravel()
-                .reshape(r.shape)
-            )
-        h = size[lo : lo + step, None]
-        np.divide(dots, h, out=out[lo : lo + step], where=(h > 0) & valid[lo : lo + step])
+    if sp.issparse(vectors):
+        dots = _sparse_history_dots(sp.csr_matrix(vectors), rows, history)
+    else:
+        dots = np.empty(rows.shape)
+        step = max(1, _CHUNK_CELLS // max(1, width * vectors.shape[1]))
+        for lo in range(0, users, step):
+            summed = history[lo : lo + step] @ vectors
+            dots[lo : lo + step] = np.einsum("ucd,ud->uc", vectors[rows[lo : lo + step]], summed)
+    h = size[:, None]
+    np.divide(dots, h, out=out, where=(h > 0) & valid)
     return out
+
+
+def _sparse_history_dots(
+    vectors: sp.csr_matrix, rows: np.ndarray, history: sp.csr_matrix
+) -> np.ndarray:
+    """``v_{rows[u, j]} · Σ_{h ∈ H_u} v_h`` for sparse item vectors (co-occurrence over users).
+
+    Users go in chunks whose summed history vectors fit a dense block of about
+    ``_CHUNK_CELLS`` cells; each recommended item's nonzeros look them up directly.
+    """
+    users, width = rows.shape
+    n_cols = vectors.shape[1]
+    step = max(1, _CHUNK_CELLS // max(n_cols, width))
+    dots = np.zeros(rows.shape)
+    for lo in range(0, users, step):
+        hi = min(users, lo + step)
+        summed = (history[lo:hi] @ vectors).toarray()  # a chunk of users × vector dimensions
+        items = vectors[rows[lo:hi].ravel()].tocoo()
+        looked = summed[items.row // width, items.col]
+        dots[lo:hi] = np.bincount(
+            items.row, weights=items.data * looked, minlength=(hi - lo) * width
+        ).reshape(hi - lo, width)
+    return dots
 
 
 def unexpectedness(unexpected: np.ndarray, valid: np.ndarray) -> np.ndarray:
