@@ -1,8 +1,9 @@
 """Typed config schemas: every config group is checked by Hydra at composition.
 
-Each option file of a group extends a structured config registered in Hydra's ConfigStore under
-``schema/<group>/<name>`` (its ``defaults`` list starts with ``/schema/<group>/<name>@_here_``), and
-``config.yaml`` extends ``schema/config``. A misspelled or unknown key (``gate.primary.min_lfit``,
+Each option file of a group extends a structured config registered in Hydra's ConfigStore as
+``schema.<group>.<name>`` (its ``defaults`` list starts with ``/schema.<group>.<name>@_here_``;
+a name, not a group, so ``--help`` does not list them), and ``config.yaml`` extends
+``schema.config.config``. A misspelled or unknown key (``gate.primary.min_lfit``,
 ``split.vaild_cut``, a dataset field no loader reads) or a value of the wrong type is then an error
 while composing, before anything runs; :func:`config_error` turns it into one line naming the key,
 the group and the keys it takes (exit code 2, see :func:`one_line_config_errors`).
@@ -294,13 +295,13 @@ SCHEMA_GROUPS = (
 
 
 def register() -> None:
-    """Store every schema in Hydra's ConfigStore as ``schema/<group>/<name>`` (idempotent)."""
+    """Store every schema in Hydra's ConfigStore as ``schema.<group>.<name>`` (idempotent)."""
     if SCHEMAS:
         return
     SCHEMAS.update(_schemas())
     store = ConfigStore.instance()
-    for (group, name), node in SCHEMAS.items():
-        store.store(group=f"schema/{group}", name=name, node=node)
+    for (group, name), node in SCHEMAS.items():  # not a group: --help lists none of them
+        store.store(name=f"schema.{group}.{name}", node=node)
 
 
 # ------------------------------------------------------------------------------ one-line errors

@@ -191,3 +191,13 @@ def test_mixed_id_kinds_are_one_line_errors():
     qrels, run = _seeded(7, 5)
     with pytest.raises(ValueError, match="holds integers in one table and strings in the other"):
         metrics.evaluate(qrels, as_strings(run, "category", False), ["ndcg@3"])
+
+
+def test_run_users_equal_only_as_text_are_a_one_line_error():
+    qrels = pd.DataFrame({"user": ["1"], "item": ["a"], "relevance": [1]})
+    run = pd.DataFrame(
+        {"user": pd.Series(["1", 1, "1"], dtype=object), "item": ["a", "b", "c"], "score": 1.0}
+    )
+    with pytest.raises(ValueError, match="different ids with the same text") as err:
+        metrics.evaluate(qrels, run, ["ndcg@3"])
+    assert "\n" not in str(err.value)
