@@ -121,10 +121,15 @@ def intra_list_similarity(
     [0.466667]
     """
     n = valid.sum(axis=1).astype(np.float64)
-    total = selector(rows, valid, vectors.shape[0]) @ vectors
     self_sq = np.where(valid, _row_sq_norms(vectors)[rows], 0.0).sum(axis=1)
+    per_row = vectors.nnz / max(1, vectors.shape[0]) if sp.issparse(vectors) else vectors.shape[1]
+    step = max(1, int(_CHUNK_CELLS // max(1.0, rows.shape[1] * per_row)))
+    sum_sq = np.empty(len(n))
+    for lo in range(0, len(n), step):  # chunks of users: the summed vectors stay small
+        total = selector(rows[lo : lo + step], valid[lo : lo + step], vectors.shape[0]) @ vectors
+        sum_sq[lo : lo + step] = _row_sq_norms(total)
     out = np.full(len(n), np.nan)
-    np.divide(_row_sq_norms(total) - self_sq, n * (n - 1), out=out, where=n >= 2)
+    np.divide(sum_sq - self_sq, n * (n - 1), out=out, where=n >= 2)
     return out
 
 
