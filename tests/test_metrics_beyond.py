@@ -504,3 +504,49 @@ def test_diversity_guardrail_end_to_end(tmp_path) -> None:
     line = next(x for x in wide.stdout.splitlines() if "guardrail diversity@10" in x)
     assert f"change {change * 100:+.2f}%" in line, line
     assert "pass" in line
+
+
+# ---------------------------------------------------------------- harness: side input files
+
+
+def test_dataset_side_input_files(tmp_path) -> None:
+    from harness.datasets import load_dataset
+    from harness.errors import DataError
+
+    base = {"kind": "synthetic", "n_users": 50, "n_items": 30, "n_events": 400, "seed": 1}
+    synthetic = load_dataset(base)
+    assert list(synthetic.item_features.columns) == ["item", "category"]
+    assert synthetic.side_inputs().keys() == {"item_features"}
+
+    features = tmp_path / "items.csv"
+    features.write_text("item,genre,provider\n1,a|b,p1\n2.0,b,p2\n 3,,p1\n")
+    embeddings = tmp_path / "emb.parquet"
+    pd.DataFrame(
+        {"item": ["1", "2", "3"], "e0": [0.1, 0.2, 0.3], "e1": [1.0, 0.0, 1.0]}
+    ).to_parquet(embeddings)
+    ds = load_dataset(
+        base
+        | {
+            "item_features": str(features),
+            "item_embeddings": str(embeddings),
+            "item_groups": "provider",
+        }
+    )
+    assert ds.item_features["item"].tolist() == [1, 2, 3]  # ids read as interaction ids are
+    assert ds.item_embeddings["item"].tolist() == [1, 2, 3]
+    assert ds.item_groups == "provider"
+    assert ds.side_inputs().keys() == {"item_features", "item_embeddings", "item_groups"}
+
+    bad_emb = tmp_path / "bad.csv"
+    bad_emb.write_text("item,e0\n1,0.5\n2,x\n")
+    cases = [
+        ({"item_groups": "provider"}, "dataset.item_groups='provider' must name a column"),
+        ({"item_embeddings": str(bad_emb)}, "column 'e0' must hold finite numbers; row 1 has 'x'"),
+    ]
+    dup = tmp_path / "dup.csv"
+    dup.write_text("item,genre\n1,a\n1.0,b\n")
+    cases.append(({"item_features": str(dup)}, "item 1 twice"))
+    for extra, message in cases:
+        with pytest.raises(DataError) as err:
+            load_dataset(base | extra)
+        assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
