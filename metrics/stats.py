@@ -786,7 +786,7 @@ def _finish(
         lift_ci = _lift_normal_ci(va, d, lift, z)
         p_rand, n_resamples = _flip_normal_p(d), 0
     else:  # res and p_rand come with every non-normal metric (compare_many)
-        res, p_rand = np.asarray(res), float(p_rand)  # type: ignore[arg-type]
+        res, p_rand = np.asarray(res), float(p_rand if p_rand is not None else np.nan)
         diff_ci, gsb_ci = (
             _percentile_ci(res[:, 1], confidence),
             _percentile_ci(res[:, 2], confidence),
@@ -879,7 +879,7 @@ def compare_many(
     for name, p in prepared.items():
         if not p.normal:
             by_n.setdefault(p.va.size, []).append(name)
-    resampled: dict[str, tuple[np.ndarray, float]] = {}
+    resampled: dict[str, tuple[np.ndarray | None, float | None]] = {}
     for names in by_n.values():
         group = [prepared[name] for name in names]
         res = _resample_stats(
@@ -888,10 +888,11 @@ def compare_many(
         pvalues = _flip_pvalues([p.vb - p.va for p in group], n_resamples, seed)
         for j, name in enumerate(names):
             resampled[name] = (res[:, 3 * j : 3 * j + 3], pvalues[j])
-    return {
-        name: _finish(p, *resampled.get(name, (None, None)), n_resamples, confidence, alpha, power)
-        for name, p in prepared.items()
-    }
+    out = {}
+    for name, p in prepared.items():
+        res_of, p_of = resampled.get(name, (None, None))
+        out[name] = _finish(p, res_of, p_of, n_resamples, confidence, alpha, power)
+    return out
 
 
 def ab_test_size(

@@ -174,9 +174,7 @@ def test_item_buckets_equal_a_naive_evaluation() -> None:
     ]
     names = ["ndcg@5", "recall@5", "hit_rate@5"]
     spec = CompareSpec(baseline="a", n_resamples=50)
-    per_user = [
-        metrics.evaluate(qrels, r.assign(score=-r["rank"]), names).per_user for r in recs
-    ]
+    per_user = [metrics.evaluate(qrels, r.assign(score=-r["rank"]), names).per_user for r in recs]
     segments = segment_data(train, np.sort(qrels["user"].unique()), spec)
     pair = compare_pair(
         "a", "b", (per_user[0], per_user[1]), names, spec,
