@@ -104,9 +104,9 @@ def selector(rows: np.ndarray, valid: np.ndarray, n_rows: int) -> sp.csr_matrix:
 
 
 def _row_sq_norms(matrix: np.ndarray | sp.spmatrix) -> np.ndarray:
-    if sp.issparse(matrix):
-        return np.asarray(matrix.multiply(matrix).sum(axis=1)).ravel()
-    return np.einsum("ij,ij->i", matrix, matrix)
+    if isinstance(matrix, np.ndarray):
+        return np.einsum("ij,ij->i", matrix, matrix)
+    return np.asarray(matrix.multiply(matrix).sum(axis=1)).ravel()
 
 
 def intra_list_similarity(
@@ -122,7 +122,10 @@ def intra_list_similarity(
     """
     n = valid.sum(axis=1).astype(np.float64)
     self_sq = np.where(valid, _row_sq_norms(vectors)[rows], 0.0).sum(axis=1)
-    per_row = vectors.nnz / max(1, vectors.shape[0]) if sp.issparse(vectors) else vectors.shape[1]
+    if isinstance(vectors, np.ndarray):
+        per_row = float(vectors.shape[1])
+    else:
+        per_row = vectors.nnz / max(1, vectors.shape[0])
     step = max(1, int(_CHUNK_CELLS // max(1.0, rows.shape[1] * per_row)))
     sum_sq = np.empty(len(n))
     for lo in range(0, len(n), step):  # chunks of users: the summed vectors stay small

@@ -102,18 +102,10 @@ class ItemSpace:
             rows = np.where(absent, len(self.index), rows)
         return rows.reshape(np.shape(ids))
 
-    @property
-    def sq_norms(self) -> np.ndarray:
-        """Squared norm of each row (1, or 0 for an item without any feature)."""
-        v = self.vectors
-        if sp.issparse(v):
-            return np.asarray(v.multiply(v).sum(axis=1)).ravel()
-        return np.einsum("ij,ij->i", v, v)
-
 
 def _normalise(matrix: np.ndarray | sp.csr_matrix) -> np.ndarray | sp.csr_matrix:
     """Rows scaled to unit L2 norm (zero rows stay zero), plus one trailing zero row."""
-    if sp.issparse(matrix):
+    if not isinstance(matrix, np.ndarray):
         norms = np.sqrt(np.asarray(matrix.multiply(matrix).sum(axis=1)).ravel())
         scale = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
         out = sp.diags(scale) @ matrix
@@ -335,6 +327,12 @@ class BeyondInputs:
             raise ValueError(f"item_groups has no group for item {item!r}")
         return pd.Series(frame["group"].astype(str).to_numpy(), index=pd.Index(frame["item"]))
 
+    def _train(self) -> pd.DataFrame:
+        """The training table (checked by ``_check`` for every metric that reads it)."""
+        if self.train is None:
+            raise ValueError("train= is needed (a DataFrame with columns ['user', 'item'])")
+        return self.train
+
     def _need_train(self, name: str, why: str, user: bool = False) -> pd.DataFrame:
         cols = ("user", "item") if user else ("item",)
         train = self.train
@@ -389,7 +387,7 @@ class BeyondInputs:
             return self._cached("space", lambda: embedding_space(self.embeddings))
         if self.features is not None:
             return self._cached("space", lambda: feature_space(self.features))
-        return self._cached("space", lambda: cooccurrence_space(self.train))
+        return self._cached("space", lambda: cooccurrence_space(self._train()))
 
     def _binary(self) -> tuple[pd.Index, sp.csr_matrix]:
         return self._cached("binary", lambda: feature_matrix(self.features)[:2])
@@ -398,7 +396,7 @@ class BeyondInputs:
         return self._cached("categories", lambda: category_matrix(self.features))
 
     def _history(self) -> tuple[pd.Index, np.ndarray, np.ndarray]:
-        return self._cached("history", lambda: history_matrix(self.train))
+        return self._cached("history", lambda: history_matrix(self._train()))
 
     def _history_rows(self, key: str, index: pd.Index, source: str) -> np.ndarray:
         """Rows in ``index`` of every training history item (an item missing is an error)."""
@@ -430,7 +428,7 @@ class BeyondInputs:
         """The ``n`` most popular training items (count descending, then item id)."""
 
         def build() -> pd.Index:
-            counts = self.train["item"].value_counts()
+            counts = self._train()["item"].value_counts()
             order = np.lexsort((counts.index.to_numpy(), -counts.to_numpy()))
             return pd.Index(counts.index.to_numpy()[order[:n]])
 
@@ -504,7 +502,7 @@ class BeyondInputs:
 
     def _in_group(self, group: str, ids: np.ndarray, valid: np.ndarray) -> np.ndarray:
         if self.groups is None:
-            groups = self._cached("popularity_groups", lambda: popularity_groups(self.train))
+            groups = self._cached("popularity_groups", lambda: popularity_groups(self._train()))
             codes = item_group_codes(groups, [group], ids, default="tail")
         else:
             codes = item_group_codes(self.groups, [group], ids, default=None)
