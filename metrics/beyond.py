@@ -19,6 +19,7 @@ import scipy.sparse as sp
 __all__ = [
     "GroupGap",
     "coverage",
+    "distributional_coverage",
     "exposure",
     "gini",
     "group_gap",
@@ -46,6 +47,22 @@ def coverage(recommended: np.ndarray, catalog_size: int) -> float:
     if catalog_size <= 0:
         raise ValueError(f"'catalog_size' must be a positive int (got {catalog_size})")
     return len(np.unique(recommended)) / catalog_size
+
+
+def distributional_coverage(counts: np.ndarray) -> float:
+    """Entropy ``−Σ_i p_i log2 p_i`` of how often each item is recommended, ``p_i`` = its share
+    of all recommendations (Shani & Gunawardana 2010, eq. 21; Microsoft Recommenders'
+    ``distributional_coverage``); 0 for no recommendations.
+
+    >>> distributional_coverage(np.array([1, 1, 2]))
+    1.5
+    """
+    x = np.asarray(counts, dtype=np.float64)
+    x = x[x > 0]
+    if x.size == 0:
+        return 0.0
+    p = x / x.sum()
+    return float(-(p * np.log2(p)).sum())
 
 
 def gini(counts: np.ndarray) -> float:

@@ -128,6 +128,14 @@ for _name, _kernel, _text, _agg, _hib, _bounded in [
         True,
     ),
     (
+        "distributional_coverage",
+        beyond.distributional_coverage,
+        "entropy −Σ p_i log2 p_i of the items' shares of all recommendations",
+        "pooled",
+        True,
+        False,
+    ),
+    (
         "popularity",
         beyond.popularity,
         "mean training interaction count of recommended items",

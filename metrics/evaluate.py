@@ -159,6 +159,9 @@ def finish_state(
             table = tables.get(_top_key(spec.k))
             freq = np.zeros(0) if table is None else table["n"].to_numpy(dtype=np.float64)
             freq = freq[freq > 0]
+            if spec.metric == "distributional_coverage":  # needs no catalog
+                summary[name] = beyond.distributional_coverage(freq)
+                continue
             if callable(catalog_size):
                 catalog_size = int(catalog_size())
             if catalog_size is None:
@@ -267,7 +270,7 @@ class _Accumulator:
                 c = j.cut(spec.k)
                 valid = np.arange(c)[None, :] < j.n_ret[:, None]
                 top = batch.top_items[:, :c]
-                if spec.metric in ("coverage", "gini"):
+                if spec.metric in ("coverage", "gini", "distributional_coverage"):
                     self.top.setdefault(spec.k, []).append(top[valid])
                 if spec.metric in SIDE_METRICS and self.side is not None:
                     value = self.side.per_user(

@@ -345,6 +345,32 @@ def test_microsoft_recommenders_published_values(
     assert ev.per_user["serendipity"].tolist() == pytest.approx(user_serendipity, abs=tol)
 
 
+def test_microsoft_recommenders_coverage_and_novelty_values() -> None:
+    # test_catalog_coverage 0.8, test_distributional_coverage 1.9183, test_novelty 2.83333
+    qrels, run, train, _ = ms_diversity_data()
+    names = ["coverage", "distributional_coverage", "novelty"]
+    ev = metrics.evaluate(qrels, run, names, train=train, catalog=train["item"].unique())
+    assert ev.summary["coverage"] == pytest.approx(0.8, abs=1e-4)
+    assert ev.summary["distributional_coverage"] == pytest.approx(1.9183, abs=1e-4)
+    assert ev.summary["novelty"] == pytest.approx(2.83333, abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_distributional_coverage_matches_entropy_loop(seed: int) -> None:
+    qrels, run, _, _, _, _ = random_case(seed)
+    evaluated = set(qrels["user"])
+    counts: dict = {}
+    for u, items in top_lists(run, 5).items():
+        if u in evaluated:
+            for i in items:
+                counts[i] = counts.get(i, 0) + 1
+    total = sum(counts.values())
+    entropy = -sum(c / total * math.log2(c / total) for c in counts.values())
+    ev = metrics.evaluate(qrels, run, ["distributional_coverage@5"])
+    assert ev.summary["distributional_coverage@5"] == pytest.approx(entropy, abs=1e-12)
+    assert ev.per_user["distributional_coverage@5"].isna().all()  # whole-run only
+
+
 # ------------------------------------------------------------------------------------ errors
 
 
