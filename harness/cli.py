@@ -203,7 +203,7 @@ def _verdicts(
     why = None if overall else _no_decision(result, cspec, gspec, pairs)
     if gspec.enabled and why:
         notes.append(f"no gate decision: {why}")
-    headline = (gspec.primary.metric if gspec.primary else None) or cspec.gsb_metric
+    headline: str | None = (gspec.primary.metric if gspec.primary else None) or cspec.gsb_metric
     if headline not in result.suite.names:
         headline = result.suite.names[0] if result.suite.names else None
     verdict = verdict_line(

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import MISSING as NO_DEFAULT
 from dataclasses import dataclass, field, make_dataclass
+from functools import partial
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -48,7 +49,7 @@ __all__ = [
 _SCALARS = (int, float, bool, str)
 
 
-def _omega_type(tp: Any, nested: Mapping[type, type]) -> Any:
+def _omega_type(tp: Any, nested: Mapping[Any, type]) -> Any:
     """The OmegaConf-compatible form of a spec field's type: scalars and Optional scalars kept,
     sequences as List, mappings as Dict, nested spec dataclasses as their schema, the rest Any."""
     if tp in _SCALARS or tp is Any:
@@ -65,9 +66,10 @@ def _omega_type(tp: Any, nested: Mapping[type, type]) -> Any:
     if isinstance(origin, type) and issubclass(origin, Sequence) and origin is not str:
         elems = [a for a in args if a is not Ellipsis]
         kinds = {_omega_type(a, nested) for a in elems}
-        return list[kinds.pop()] if len(kinds) == 1 else list[Any]
+        return types.GenericAlias(list, (kinds.pop() if len(kinds) == 1 else Any,))
     if origin in (dict, Mapping, typing.Mapping):
-        return dict[str, _omega_type(args[1], nested) if len(args) == 2 else Any]
+        value = _omega_type(args[1], nested) if len(args) == 2 else Any
+        return types.GenericAlias(dict, (str, value))
     return Any
 
 
@@ -79,9 +81,9 @@ def _default(name: str, value: Any) -> Any:
     if value is NO_DEFAULT:
         return field(default=MISSING)
     if isinstance(value, tuple | list):
-        return field(default_factory=lambda v=value: list(v))
+        return field(default_factory=partial(list, value))
     if isinstance(value, Mapping):
-        return field(default_factory=lambda v=value: dict(v))
+        return field(default_factory=partial(dict, value))
     return field(default=value)
 
 
@@ -89,7 +91,7 @@ def schema_of(
     spec: type,
     *,
     name: str | None = None,
-    nested: Mapping[type, type] | None = None,
+    nested: Mapping[Any, type] | None = None,
     extra: Sequence[tuple[str, Any, Any]] = (),
     drop: Sequence[str] = (),
 ) -> type:
@@ -318,7 +320,11 @@ def _by_name() -> dict[str, type]:
         found[cls.__name__] = cls
         for f in dataclasses.fields(cls):
             for t in (f.type, *typing.get_args(f.type)):
-                todo += [a for a in (t, *typing.get_args(t)) if dataclasses.is_dataclass(a)]
+                todo += [
+                    a
+                    for a in (t, *typing.get_args(t))
+                    if isinstance(a, type) and dataclasses.is_dataclass(a)
+                ]
     return found
 
 
