@@ -31,6 +31,7 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 
 import metrics
 from harness import folders
+from harness import progress as stage_log
 from harness.candidates import SAMPLED_WARNING, CandidateSpec, build_candidates
 from harness.compare import CompareSpec, PairComparison, compare_models, compared_metrics
 from harness.compare.sizing import format_sizing, sizing_notes, sizing_of
@@ -52,7 +53,7 @@ from harness.gate import (
 )
 from harness.models import Recommender, without_search_space
 from harness.promote import promote_run
-from harness.record import plan, replay, save_plan
+from harness.record import job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
 from harness.schema import config_error, one_line_config_errors, register
 from harness.split import check_usable, load_or_make_split, split_cache_key
@@ -309,14 +310,44 @@ def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
         spark.stop()
 
 
+def _job_row(
+    cfg: DictConfig,
+    folder: Path,
+    result: ExperimentResult,
+    gspec: GateSpec,
+    cspec: CompareSpec,
+    overall: str | None,
+    parent: str | None,
+) -> dict[str, Any]:
+    """This run as one row of a multirun's table (its Hydra overrides, headline, decision)."""
+    try:
+        overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:  # not run by Hydra (python -m harness.tune, tests)
+        overrides = []
+    tracked = cfg.tracking.get("enabled", True) and cfg.tracking.get("uri")
+    return job_row(
+        overrides,
+        folder,
+        result.table(),
+        (gspec.primary.metric if gspec.primary else None) or cspec.gsb_metric,
+        overall,
+        parent,
+        str(cfg.tracking.uri) if tracked else None,
+        str(cfg.name),
+    )
+
+
 def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     """Run one experiment from a composed config; return the process exit code. ``tuning``:
     the tuning that chose the parameters (python -m harness.tune), saved as the results
     folder's ``tuning.json`` and shown in the report."""
     _active.clear()
+    stage_log.quiet(bool(cfg.get("debug")))  # no third-party INFO lines unless debug=true
     if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri"):  # a bad value: exit 2 now
         configure_http(cfg.tracking.get("retries"), cfg.tracking.get("timeout"))
-    progress = bool(cfg.get("progress", True))
+    show = bool(cfg.get("progress", True))
+    stages = stage_log.stages = stage_log.Stages(show=show)
+    progress = stage_log.bars_on(show)  # bars on a terminal only; a log gets status lines
     runs_dir = Path(cfg.runs_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     suite = suite_of(cfg)
@@ -325,11 +356,13 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     warn_share = dropped_share_of(cfg)
     cand_spec = CandidateSpec(**_plain(cfg.get("candidates") or {"kind": "full"}))
     models, load_errors = build_models(cfg, progress)
-    dataset = load_dataset(_plain(cfg.dataset))
+    with stages.stage("load", "loading the dataset"):
+        dataset = load_dataset(_plain(cfg.dataset))
     split_params = _plain(cfg.split)
     method = split_params.pop("method")
     checkpoint("split")
-    split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
+    with stages.stage("split", f"splitting {len(dataset.frame):,} events ({method})"):
+        split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
     check_usable(split, dataset.frame)  # empty train/test: data error, exit 2, before any fit
     dropped = dropped_warning(split.stats, warn_share)
     if dropped:
@@ -341,10 +374,12 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     if tuning is not None:
         (folder / "tuning.json").write_text(json.dumps(tuning, indent=2, default=str))
     checkpoint("candidates", folder)
-    candidates, cand_stats = build_candidates(cand_spec, split, runs_dir / "splits" / key)
+    with stages.stage("candidates", f"building the candidates ({cand_spec.kind})"):
+        candidates, cand_stats = build_candidates(cand_spec, split, runs_dir / "splits" / key)
     if cand_spec.kind == "sampled":
         print(f"WARNING: {SAMPLED_WARNING}", file=sys.stderr)
     checkpoint("models", folder)
+    stages.say(f"… {len(models)} model(s): fit, rank, metrics")
     with engine_of(cfg) as evaluate:
         result = run_models(
             dataset,
@@ -360,22 +395,24 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         result.candidates = cand_stats
         print(format_summary(result))
         # segments are evaluated by the same engine, so it stays open for the comparison
-        pairs, decisions, overall, notes, verdict = _verdicts(result, cspec, gspec, evaluate)
+        with stages.stage("comparison", "comparing with the baseline (bootstrap, segments)"):
+            pairs, decisions, overall, notes, verdict = _verdicts(result, cspec, gspec, evaluate)
     sizing = sizing_of(result, pairs, decisions, cspec, gspec)  # online A/B test sizing
     notes = notes + sizing_notes(sizing, cspec)
     checkpoint("report", folder)
-    report = write_report(
-        ReportContext.of(
-            result,
-            pairs,
-            decisions,
-            overall,
-            [verdict, *([f"WARNING: {dropped}"] if dropped else []), *notes],
-            str(cfg.name),
-            OmegaConf.to_yaml(cfg, resolve=True),
-        ),
-        folder,
-    )
+    with stages.stage("report", "writing the report"):
+        report = write_report(
+            ReportContext.of(
+                result,
+                pairs,
+                decisions,
+                overall,
+                [verdict, *([f"WARNING: {dropped}"] if dropped else []), *notes],
+                str(cfg.name),
+                OmegaConf.to_yaml(cfg, resolve=True),
+            ),
+            folder,
+        )
     print()
     print(format_verdicts(pairs, decisions, overall, sanity=gspec.sanity) or "\n".join(notes))
     print(verdict)
@@ -391,8 +428,12 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         decisions=decisions,
         overall=overall,
         folder_id=run_info(folder)["id"],
+        verdict=verdict,
+        headline=(gspec.primary.metric if gspec.primary else None) or cspec.gsb_metric,
+        sanity=gspec.sanity,
     )
     save_plan(the_plan, folder)
+    (folder / "stages.json").write_text(json.dumps(stages.as_json(), indent=1))
     mark_complete(folder)
     print(f"\nresults: {folder}\nreport:  {report['html']}")
     code = EXIT_MODEL_FAILED if result.failed else 0
@@ -400,9 +441,14 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         try:
             from harness.tracking import Tracker
 
-            tracker = Tracker(str(cfg.tracking.uri), str(cfg.name), cfg.tracking.get("artifacts"))
-            _active["tracker"] = tracker
-            ids = replay(tracker, the_plan, folder)
+            with stages.stage("logging", f"logging to MLflow ({cfg.tracking.uri})"):
+                tracker = Tracker(
+                    str(cfg.tracking.uri), str(cfg.name), cfg.tracking.get("artifacts")
+                )
+                _active["tracker"] = tracker
+                ids = replay(tracker, the_plan, folder)
+            (folder / "stages.json").write_text(json.dumps(stages.as_json(), indent=1))
+            tracker.client.log_artifact(ids["parent"], str(folder / "stages.json"))
         except Exception as err:
             if "tracker" in _active:  # end what was started (best effort: the store may be gone)
                 _active["tracker"].abort("FAILED")
@@ -416,6 +462,8 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
                 file=sys.stderr,
             )
             return EXIT_TRACKING_FAILED
+        print(f"\n{stages.table()}")
+        sweep_jobs.append(_job_row(cfg, folder, result, gspec, cspec, overall, ids["parent"]))
         print(f"MLflow: {cfg.tracking.uri} experiment {cfg.name!r}, parent run {ids['parent']}")
         if str(cfg.tracking.uri).startswith("sqlite:///"):
             print(f"  open with: mlflow ui --backend-store-uri {cfg.tracking.uri}")
@@ -433,6 +481,9 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
                 confidence=cspec.confidence,
             ),
         )
+    else:
+        print(f"\n{stages.table()}")
+        sweep_jobs.append(_job_row(cfg, folder, result, gspec, cspec, overall, None))
     if gspec.enforce:  # a CI job: no decision is never a pass
         code = EXIT_NO_DECISION if overall is None else code or EXIT_CODES[overall]
     return code

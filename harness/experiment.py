@@ -21,6 +21,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 import metrics
+from harness import progress as stage_log
 from harness.datasets import Dataset
 from harness.models import PAD_ITEM_INT, PAD_ITEM_OBJECT, Recommender, padding_mask
 from harness.split import Split
@@ -379,6 +380,7 @@ def run_models(
                 "(set dataset.item_features)"
             )
         outcomes[name] = outcome
+        stage_log.stages.add_model(name, outcome.seconds)  # a status line and the stage table
     options = metrics.resolve_options(**suite.evaluate_options()).as_dict()
     result = ExperimentResult(dataset, split, suite, outcomes, folder, options)
     save(result)

@@ -8,6 +8,7 @@ carries the tag ``harness.folder_id``; a second call finds it and only completes
 
 from __future__ import annotations
 
+import getpass
 import json
 import math
 import uuid
@@ -25,12 +26,45 @@ from harness.gate import GateDecision
 from harness.split import data_hash
 from harness.tracking import Tracker, flatten, git_state, metric_key
 
-__all__ = ["PLAN_FILE", "describe_frame", "plan", "record", "replay"]
+__all__ = [
+    "PLAN_FILE",
+    "SweepRun",
+    "describe_frame",
+    "job_row",
+    "plan",
+    "record",
+    "replay",
+    "sweep_jobs",
+    "sweep_table",
+]
 
 #: The plan's file name in a results folder.
 PLAN_FILE = "record.json"
 #: Tag on every run logged from one results folder; ``complete`` marks a run fully logged.
 FOLDER_TAG, LOGGED_TAG = "harness.folder_id", "harness.logged"
+#: Comparison statistics logged as metrics: measurements only. Settings (``confidence``,
+#: ``n_resamples``), properties (``higher_is_better``) and derived counts (``df``, ``n``, ...) are
+#: in the run's ``comparison.json`` artifact with every other number of the comparison.
+MEASURED_ALL = (
+    "mean_a",
+    "mean_b",
+    "diff",
+    "diff_ci_low",
+    "diff_ci_high",
+    "lift",
+    "lift_ci_low",
+    "lift_ci_high",
+    "p_adjusted",
+    "gsb_delta",
+    "gsb_ci_low",
+    "gsb_ci_high",
+)
+#: In the other segments (cold, heavy, head, tail): the lift and its CI.
+MEASURED_SEGMENT = ("lift", "lift_ci_low", "lift_ci_high")
+#: The comparison's settings, one value per pair: child run params.
+SETTINGS = ("confidence", "n_resamples")
+#: MLflow's own tags for where a run comes from (shown as "Source" and "User").
+SOURCE = {"mlflow.source.name": "python -m harness", "mlflow.source.type": "LOCAL"}
 
 
 def _numbers(stats: Mapping[str, Any], prefix: str) -> dict[str, float]:
@@ -56,6 +90,75 @@ def _strings(values: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in values.items()}
 
 
+def _comparison_metrics(pair: PairComparison) -> dict[str, float]:
+    """The measurements of a comparison (``compare.<segment>.<metric>.<stat>``): every
+    :data:`MEASURED_ALL` stat on all users, the lift and its CI in the other segments."""
+    out: dict[str, float] = {}
+    for _, r in pair.table.iterrows():
+        wanted = MEASURED_ALL if r["segment"] == "all" else MEASURED_SEGMENT
+        for stat in wanted:
+            value = r.get(stat)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[f"compare.{r['segment']}.{r['metric']}.{stat}"] = float(value)
+    return out
+
+
+def _comparison_settings(pair: PairComparison) -> dict[str, str]:
+    """The comparison's settings (confidence, resamples) as params: one value per pair."""
+    out = {"compare.baseline": pair.baseline, "compare.gsb_metric": pair.gsb_metric}
+    for stat in SETTINGS:
+        if stat in pair.table.columns and len(pair.table):
+            values = pair.table[stat].dropna().unique()
+            if len(values) == 1:
+                out[f"compare.{stat}"] = str(values[0])
+    return out
+
+
+def _json_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """A table as JSON-ready rows (NaN as null)."""
+    return json.loads(table.to_json(orient="records"))
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return "unknown"
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, int | float) and math.isfinite(value) else "-"
+
+
+def describe_run(result: ExperimentResult, verdict: str | None, headline: str | None) -> str:
+    """The parent run's description (markdown): the verdict line and the model × metric table."""
+    table = result.table()
+    cols = list(table.columns)
+    if headline in cols:  # the headline metric first
+        cols = [headline, *[c for c in cols if c != headline]]
+    lines = [verdict or "", "", "| model | " + " | ".join(cols) + " |"]
+    lines.append("|---" * (len(cols) + 1) + "|")
+    lines += [
+        f"| {model} | " + " | ".join(_fmt(row[c]) for c in cols) + " |"
+        for model, row in table.iterrows()
+    ]
+    lines += ["", f"dataset {result.dataset.name}, split {result.split.name}"]
+    return "\n".join(lines).strip()
+
+
+def _decision_of(
+    name: str, decisions: Mapping[str, GateDecision], baseline: str | None, sanity: Sequence[str]
+) -> str:
+    """What the runs table shows in the ``decision`` column for one model."""
+    if name in decisions:
+        return decisions[name].decision
+    if name == baseline:
+        return "baseline"
+    if name in sanity:
+        return "sanity (not gated)"
+    return "-"
+
+
 def describe_frame(df: pd.DataFrame) -> dict[str, Any]:
     """What MLflow records of a dataset input, without the data: row count and column dtypes."""
     return {"num_rows": len(df), "dtypes": {str(c): str(df[c].dtype) for c in df.columns}}
@@ -72,18 +175,32 @@ def plan(
     decisions: Mapping[str, GateDecision] | None = None,
     overall: str | None = None,
     folder_id: str | None = None,
+    verdict: str | None = None,
+    headline: str | None = None,
+    sanity: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Everything :func:`replay` logs for one run, as JSON-ready plain data.
 
-    Each candidate's run gets its comparison numbers (``compare.<segment>.<metric>.<stat>``) and
-    its ``gate.decision``; the parent gets the overall decision and the report.
+    Run names say model, split and dataset (``item_knn · global_time · synthetic``; the parent
+    ``synthetic · global_time · 3 models``, ``run_name`` kept as the tag ``harness.run``). Each
+    candidate's run gets its comparison measurements (``compare.<segment>.<metric>.<stat>``;
+    settings as params, the whole table as ``comparison.json``), its ``gate.decision`` and a
+    short ``decision`` tag; the parent gets the overall decision, the verdict and the table as
+    its description, and the report.
     """
     decisions = decisions or {}
     by_candidate = {p.candidate: p for p in pairs}
     folder_id = folder_id or uuid.uuid4().hex
     code_repo = git_state(Path(__file__).resolve().parent)
+    here = git_state()
+    names = result.suite.names
+    headline = headline if headline in names else (names[0] if names else None)
+    baseline = pairs[0].baseline if pairs else None
     tags = {
-        **git_state(),
+        **SOURCE,
+        "mlflow.user": _user(),
+        **({"mlflow.source.git.commit": code_repo["git.commit"]} if code_repo else {}),
+        **here,
         **{f"harness.{k}": v for k, v in code_repo.items() if not k.startswith("mlflow.")},
         "dataset.name": result.dataset.name,
         "dataset.source": result.dataset.source,
@@ -93,6 +210,8 @@ def plan(
         "results.folder": str(result.folder.resolve()),
         "candidates.kind": result.candidates.get("candidates.kind", "full"),
         FOLDER_TAG: folder_id,
+        "harness.run": run_name,
+        **({"headline": headline} if headline else {}),
     }
     if tags["candidates.kind"] == "sampled":
         tags["candidates.warning"] = SAMPLED_WARNING
@@ -117,25 +236,42 @@ def plan(
             **{f"time.{k}_seconds": v for k, v in outcome.seconds.items()},
             **_numbers(ev.counts if ev else {}, "users."),
         }
+        settings: dict[str, str] = {}
+        comparison = None
         if name in by_candidate:
-            metrics |= by_candidate[name].metrics_dict()
+            metrics |= _comparison_metrics(by_candidate[name])
+            settings = _comparison_settings(by_candidate[name])
+            comparison = _json_rows(by_candidate[name].table)
+        decision = _decision_of(name, decisions, baseline, sanity)
         child_tags = {
             **tags,
             "model": name,
+            "decision": decision if outcome.ok else "failed",
             "status": "ok" if outcome.ok else "failed",
             **({"error": outcome.error} if outcome.error else {}),
             **({"notes": " | ".join(outcome.notes)} if outcome.notes else {}),
             **{f"model.{k}": v for k, v in outcome.info.items()},
             **(decisions[name].as_tags() if name in decisions else {}),
         }
+        if name in decisions:
+            note = [f"{name}: {decisions[name].decision}", ""]
+            note += [
+                f"- {r.rule} {r.metric} ({r.segment}): {r.status} — {r.reason}"
+                for r in decisions[name].rules
+            ]
+            child_tags["mlflow.note.content"] = "\n".join(note)
+        elif outcome.error:
+            child_tags["mlflow.note.content"] = f"{name} FAILED: {outcome.error}"
         children.append(
             {
                 "name": name,
+                "run_name": f"{name} · {result.split.name} · {result.dataset.name}",
                 "tags": _strings(child_tags),
                 "params": _strings(
-                    {**flatten(dict(model_params.get(name, {})), "model."), **options}
+                    {**flatten(dict(model_params.get(name, {})), "model."), **options, **settings}
                 ),
                 "metrics": _finite(metrics),
+                "comparison": comparison,
                 "status": "FINISHED" if outcome.ok else "FAILED",
             }
         )
@@ -144,12 +280,21 @@ def plan(
         for model, row in result.table().iterrows()
         for metric, value in row.items()
     }
+    n_models = len(result.outcomes)
+    parent_tags = {
+        **tags,
+        "decision": overall or "none",
+        "mlflow.note.content": describe_run(result, verdict, headline),
+    }
     return {
         "version": 1,
         "folder_id": folder_id,
-        "run_name": run_name,
+        "run_name": (
+            f"{result.dataset.name} · {result.split.name} · {n_models} "
+            f"model{'s' if n_models != 1 else ''}"
+        ),
         "parent": {
-            "tags": _strings(tags),
+            "tags": _strings(parent_tags),
             "params": _strings({**flatten(dict(config)), **options}),
             "metrics": _finite(
                 _numbers(result.split.stats, "split.") | _numbers(result.candidates, "")
@@ -197,7 +342,9 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
     checkpoint("logging")
     folder_tag = {FOLDER_TAG: the_plan["folder_id"]}
     spec = the_plan["parent"]
-    found = [r for r in tracker.find(folder_tag) if "mlflow.parentRunId" not in r.data.tags]
+    logged = tracker.find(folder_tag)
+    ids_here = {r.info.run_id for r in logged}  # a job's parent may sit under a sweep run
+    found = [r for r in logged if r.data.tags.get("mlflow.parentRunId") not in ids_here]
     parent_run = found[0] if found else None
     if parent_run is None:
         parent = tracker.start(the_plan["run_name"], spec["tags"])
@@ -227,7 +374,7 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
             ids[name] = run.info.run_id
             continue
         if run is None:
-            child_id = tracker.start(name, child["tags"], parent=parent)
+            child_id = tracker.start(child.get("run_name", name), child["tags"], parent=parent)
         else:
             child_id = run.info.run_id
             tracker.open_runs.append(child_id)
@@ -237,6 +384,8 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
         tracker.log(child_id, params=child["params"], metrics=_missing(run, child["metrics"]))
         if (folder / name).is_dir():
             tracker.log_artifacts(child_id, folder / name)
+        if child.get("comparison"):
+            tracker.client.log_dict(child_id, child["comparison"], "comparison.json")
         tracker.finish(child_id, child["status"])
         tracker.log(child_id, tags={LOGGED_TAG: "complete"})
     checkpoint("logging summary")
@@ -261,6 +410,9 @@ def record(
     decisions: Mapping[str, GateDecision] | None = None,
     overall: str | None = None,
     folder_id: str | None = None,
+    verdict: str | None = None,
+    headline: str | None = None,
+    sanity: Sequence[str] = (),
 ) -> dict[str, str]:
     """Log everything; return the run ids (``parent`` and one per model)."""
     the_plan = plan(
@@ -273,5 +425,127 @@ def record(
         decisions=decisions,
         overall=overall,
         folder_id=folder_id,
+        verdict=verdict,
+        headline=headline,
+        sanity=sanity,
     )
     return replay(tracker, the_plan, result.folder)
+
+
+# ------------------------------------------------------------------------------------ multirun
+
+#: One row per finished job of this process (a Hydra multirun runs its jobs in turn, in-process).
+sweep_jobs: list[dict[str, Any]] = []
+
+
+def job_row(
+    overrides: Sequence[str],
+    folder: Path,
+    summary: pd.DataFrame,
+    headline: str | None,
+    overall: str | None,
+    parent: str | None,
+    uri: str | None,
+    experiment: str,
+) -> dict[str, Any]:
+    """A multirun job as one row: its overrides, each model's headline metric, its decision,
+    its results folder and parent run."""
+    values = (
+        {str(m): float(v) for m, v in summary[headline].items()}
+        if headline in summary.columns
+        else {}
+    )
+    return {
+        "overrides": " ".join(overrides) or "(none)",
+        "headline": headline,
+        "values": values,
+        "decision": overall or "none",
+        "folder": str(folder),
+        "parent": parent,
+        "uri": uri,
+        "experiment": experiment,
+    }
+
+
+def sweep_table(jobs: Sequence[Mapping[str, Any]]) -> str:
+    """The table across a multirun's jobs, as plain text (also the sweep run's description)."""
+    header = ["job", "overrides", "headline", "decision", "results"]
+    rows = [
+        [
+            str(i),
+            job["overrides"],
+            ", ".join(f"{m} {_fmt(v)}" for m, v in job["values"].items())
+            + (f" ({job['headline']})" if job["headline"] else ""),
+            job["decision"],
+            job["folder"],
+        ]
+        for i, job in enumerate(jobs)
+    ]
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )
+
+
+def group_sweep(jobs: Sequence[Mapping[str, Any]], sweep_id: str) -> dict[tuple[str, str], str]:
+    """One MLflow run per (store, experiment) grouping the jobs' parent runs under it (tag
+    ``mlflow.parentRunId`` on each, and ``harness.sweep_id``); return the sweep run ids."""
+    from harness.gate import worst
+
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for job in jobs:
+        if job.get("parent") and job.get("uri"):
+            groups.setdefault((str(job["uri"]), str(job["experiment"])), []).append(job)
+    out = {}
+    for (uri, experiment), members in groups.items():
+        tracker = Tracker(uri, experiment)
+        decisions = [j["decision"] for j in members if j["decision"] != "none"]
+        tags = {
+            **SOURCE,
+            "mlflow.user": _user(),
+            "harness.sweep_id": sweep_id,
+            "decision": worst(decisions) if decisions else "none",
+            "mlflow.note.content": f"multirun of {len(members)} jobs\n\n```\n"
+            + sweep_table(members)
+            + "\n```",
+        }
+        run = tracker.start(f"sweep · {experiment} · {len(members)} jobs", tags)
+        for job in members:
+            tracker.log(
+                job["parent"],
+                tags={"mlflow.parentRunId": run, "harness.sweep_id": sweep_id},
+            )
+        tracker.finish(run)
+        out[(uri, experiment)] = run
+    return out
+
+
+try:  # Hydra is a dependency of the runner, not of logging a folder later
+    from hydra.experimental.callback import Callback
+except ImportError:  # pragma: no cover
+    Callback = object  # type: ignore[assignment,misc]
+
+
+class SweepRun(Callback):  # type: ignore[misc,valid-type]
+    """Hydra callback: a multirun ends with one table across its jobs and one MLflow run that
+    groups the jobs' parent runs (registered in ``configs/config.yaml``)."""
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        """Forget jobs of an earlier multirun in this process."""
+        sweep_jobs.clear()
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        """Print the table; create the sweep run (MLflow errors: one line, jobs stay logged)."""
+        if not sweep_jobs:
+            return
+        print(f"\nmultirun: {len(sweep_jobs)} jobs\n{sweep_table(sweep_jobs)}")
+        try:
+            runs = group_sweep(sweep_jobs, uuid.uuid4().hex)
+        except Exception as err:  # the jobs are logged: a missing group is not worth a traceback
+            first = (str(err).strip().splitlines() or [""])[0]
+            print(f"warning: the sweep run was not logged ({type(err).__name__}: {first})")
+            return
+        for (uri, experiment), run in runs.items():
+            print(f"MLflow sweep run: {uri} experiment {experiment!r}, run {run}")
+        sweep_jobs.clear()

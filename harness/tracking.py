@@ -23,6 +23,8 @@ import pandas as pd
 __all__ = ["Tracker", "configure_http", "flatten", "git_state", "metric_key"]
 
 _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_VALUE = 1000, 100, 6000
+#: MLflow 3's UI opens an experiment on its runs (not the GenAI overview) with this tag.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def metric_key(name: str) -> str:
@@ -160,6 +162,14 @@ class Tracker:
                 except MlflowException as err:  # created meanwhile by another run (a server)
                     if attempt == 2 or "RESOURCE_ALREADY_EXISTS" not in str(err.error_code):
                         raise
+            self._mark_kind(found)
+
+    def _mark_kind(self, found: Any) -> None:
+        """Set ``mlflow.experimentKind`` unless the experiment already has a kind (a user's)."""
+        if found is not None and "mlflow.experimentKind" in (found.tags or {}):
+            return
+        for key, value in EXPERIMENT_KIND.items():
+            self.client.set_experiment_tag(self.experiment_id, key, value)
 
     def start(
         self, name: str, tags: Mapping[str, str] | None = None, parent: str | None = None

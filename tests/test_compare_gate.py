@@ -195,7 +195,7 @@ def test_gate_enforce_exit_codes_and_tags(tmp_path) -> None:
         "GO",
         "NO_GO",
     ]
-    random_run = next(r for r in runs if r.info.run_name == "random")
+    random_run = next(r for r in runs if r.data.tags.get("model") == "random")
     assert random_run.data.tags["gate.decision"] == "NO_GO"
     assert "compare.all.ndcg@10.gsb_delta".replace("@", "_at_") in random_run.data.metrics
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
@@ -212,7 +212,7 @@ def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(tmp_pa
     _, runs = _child_runs(tmp_path)
     by_name = {}
     for r in runs:
-        by_name.setdefault(r.info.run_name, []).append(r)
+        by_name.setdefault(r.data.tags.get("model"), []).append(r)
     pop, knn = by_name["popularity"][0], by_name["item_knn"][0]
     other_split_pop = by_name["popularity"][1]
 
@@ -306,8 +306,8 @@ def test_compare_cli_accepts_a_registered_model_version_evaluated_earlier(tmp_pa
     )
     assert run.returncode == 0, run.stderr[-2000:]
     _, runs = _child_runs(tmp_path)
-    pop = next(r for r in runs if r.info.run_name == "popularity")
-    shipped = next(r for r in runs if r.info.run_name == "mlflow")
+    pop = next(r for r in runs if r.data.tags.get("model") == "popularity")
+    shipped = next(r for r in runs if r.data.tags.get("model") == "mlflow")
     assert shipped.data.tags["model.info.model_uri"] == "models:/demo/1"
     assert shipped.data.tags["model.info.version"] == "1"
     done = subprocess.run(

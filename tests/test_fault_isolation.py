@@ -44,7 +44,7 @@ def test_failing_models_leave_the_others_logged(tmp_path: Path) -> None:
     assert summary.loc["bad_fit"].isna().all()
     client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
     exp = client.get_experiment_by_name("offline-eval")
-    runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    runs = {r.data.tags.get("model", "parent"): r for r in client.search_runs([exp.experiment_id])}
     assert runs["popularity"].info.status == "FINISHED"
     assert runs["mine"].data.metrics["ndcg_at_10"] == pytest.approx(summary.loc["mine", "ndcg@10"])
     for bad in ("bad_fit", "bad_build"):

@@ -164,14 +164,14 @@ def test_mlflow_parent_and_one_child_per_model(local: LocalRuns) -> None:
     parent_id = parent_id_of(local.first)
     assert parent_id in {p.info.run_id for p in parents}
     mine = [c for c in children if c.data.tags["mlflow.parentRunId"] == parent_id]
-    assert sorted(c.info.run_name for c in mine) == sorted(MODELS)
+    assert sorted(c.data.tags["model"] for c in mine) == sorted(MODELS)
     parent = client.get_run(parent_id)
     assert parent.info.status == "FINISHED"
     assert all(c.info.status == "FINISHED" for c in mine)
 
     table = summary(results_folder(local.first, local.cwd))
     for child in mine:
-        model = child.info.run_name
+        model = child.data.tags["model"]
         assert child.data.tags.get("model") == model
         for metric in METRICS:
             assert key(metric) in child.data.metrics, (model, metric)
@@ -239,7 +239,7 @@ def test_second_run_in_same_folder_is_a_second_parent(local: LocalRuns) -> None:
     children = client.search_runs(
         [second.info.experiment_id], f"tags.mlflow.parentRunId = '{second.info.run_id}'"
     )
-    assert sorted(c.info.run_name for c in children) == sorted(MODELS)
+    assert sorted(c.data.tags["model"] for c in children) == sorted(MODELS)
 
     folder = results_folder(proc, local.cwd)
     assert folder != results_folder(local.first, local.cwd)
@@ -338,7 +338,7 @@ def test_multirun_creates_one_parent_per_job(tmp_path: Path) -> None:
     assert sorted(c.data.tags["mlflow.parentRunId"] for c in children) == sorted(
         p.info.run_id for p in parents
     )
-    assert {c.info.run_name for c in children} == {"popularity"}
+    assert {c.data.tags["model"] for c in children} == {"popularity"}
     folders = list((tmp_path / "runs" / "results" / EXPERIMENT).iterdir())
     assert len(folders) == 2
     assert all((f / "summary.csv").is_file() for f in folders)

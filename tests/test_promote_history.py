@@ -236,7 +236,7 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
             [client.get_run(second_run).info.experiment_id],
             filter_string=f"tags.`mlflow.parentRunId` = '{second_run}'",
         )
-        if r.info.run_name == "mlflow"
+        if r.data.tags.get("model") == "mlflow"
     )
     logged = child.data.metrics
     ndcg = record["metrics"]["ndcg@10"]

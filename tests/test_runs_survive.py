@@ -107,7 +107,7 @@ def _runs(uri: str, experiment: str) -> list:
 
 
 def _parents(runs: list) -> list:
-    return [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return [r for r in runs if "results.folder" in r.data.tags and "model" not in r.data.tags]
 
 
 # -------------------------------------------------------------------------- fast, in-process
@@ -355,7 +355,7 @@ def test_sigint_while_logging_ends_runs_killed_and_harness_log_completes(tmp_pat
     assert is_complete(folder)
 
     uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
-    runs = {r.info.run_name: r for r in _runs(uri, "intr")}
+    runs = {r.data.tags.get("model", r.info.run_name): r for r in _runs(uri, "intr")}
     assert len(runs) == 3
     (parent,) = _parents(list(runs.values()))
     assert parent.info.status == "KILLED"
@@ -382,7 +382,7 @@ def _assert_logged_once(uri: str, experiment: str, folder: Path, parent_id: str)
         parent.data.tags["harness.folder_id"] == json.loads((folder / "run.json").read_text())["id"]
     )
     summary = pd.read_csv(folder / "summary.csv", index_col="model")
-    children = {r.info.run_name: r for r in runs if r is not parent}
+    children = {r.data.tags["model"]: r for r in runs if r is not parent}
     assert set(children) == set(summary.index)
     for name, child in children.items():
         assert child.info.status == "FINISHED"

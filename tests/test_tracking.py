@@ -293,12 +293,21 @@ def test_replay_from_the_saved_plan_is_idempotent_and_completes(tmp_path: Path) 
 
     def snapshot() -> dict[str, tuple]:
         return {
-            r.info.run_name: (r.info.status, dict(r.data.metrics), len(r.inputs.dataset_inputs))
+            r.data.tags.get("model", "tiny-run"): (
+                r.info.status,
+                dict(r.data.metrics),
+                len(r.inputs.dataset_inputs),
+            )
             for r in client.search_runs([exp])
         }
 
     first = snapshot()
     assert set(first) == {"tiny-run", "pop", "rnd"}
+    names = {r.info.run_name for r in client.search_runs([exp])}
+    assert names == {
+        "tiny · leave_one_out · 2 models",
+        *(f"{m} · leave_one_out · tiny" for m in ("pop", "rnd")),
+    }
     assert all(status == "FINISHED" for status, _, _ in first.values())
     for name in ("pop", "rnd"):
         summary = result.outcomes[name].evaluation.summary
@@ -428,7 +437,7 @@ def test_cli_logs_to_a_real_tracking_server(mlflow_server: str, tmp_path: Path) 
     assert parent.info.run_id in proc.stdout
     assert parent.data.params["split.method"] == "global_time"
     assert parent.data.tags["dataset.name"] == "synthetic"
-    children = {r.info.run_name: r for r in runs if r is not parent}
+    children = {r.data.tags["model"]: r for r in runs if r is not parent}
     assert set(children) == {"random", "popularity"}
     for name, child in children.items():
         assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id

@@ -1,0 +1,120 @@
+"""Status lines, quiet third-party logs and the per-stage time table of a run.
+
+A terminal gets tqdm bars for the long loops and one status line per step; a log file (stderr
+not a terminal) gets one line per step and no bar updates. Third-party libraries (MLflow,
+alembic, matplotlib) log nothing below WARNING unless ``debug=true``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["NOISY_LOGGERS", "Stages", "bars_on", "peak_mb", "quiet", "stages"]
+
+#: Loggers of libraries whose INFO lines ("Creating initial MLflow database tables", the
+#: font cache) are not the user's business.
+NOISY_LOGGERS = (
+    "mlflow",
+    "mlflow.store",
+    "mlflow.store.db.utils",
+    "mlflow.tracking",
+    "alembic",
+    "alembic.runtime.migration",
+    "matplotlib",
+    "matplotlib.font_manager",
+    "PIL",
+    "urllib3",
+    "numba",
+    "py4j",
+    "huey",
+)
+
+
+def quiet(debug: bool = False) -> None:
+    """Third-party loggers to WARNING (MLflow's also through ``MLFLOW_LOGGING_LEVEL``, which it
+    reads when imported); nothing changes with ``debug``."""
+    if debug:
+        return
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def bars_on(progress: bool) -> bool:
+    """Progress bars only on a terminal: in a log file every bar update would be a line."""
+    return bool(progress) and sys.stderr.isatty()
+
+
+def peak_mb() -> float:
+    """The process's peak resident memory so far, in MB (``ru_maxrss`` is KiB on Linux)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+
+
+@dataclass
+class Stages:
+    """Times and peak memory of a run's steps, and their status lines (on stderr)."""
+
+    show: bool = True
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    _t0: float = field(default_factory=time.perf_counter)
+
+    def say(self, text: str) -> None:
+        """One status line (nothing when quiet)."""
+        if self.show:
+            print(text, file=sys.stderr, flush=True)
+
+    @contextmanager
+    def stage(self, name: str, doing: str | None = None) -> Iterator[None]:
+        """Time a step: a status line when it starts and one with its time when it ends."""
+        self.say(f"… {doing or name}")
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds = time.perf_counter() - start
+            self.add(name, seconds)
+            self.say(f"  {name}: {seconds:.1f} s")
+
+    def add(self, name: str, seconds: float) -> None:
+        """Record a step timed elsewhere (a model's fit, rank, metrics)."""
+        self.rows.append({"stage": name, "seconds": round(float(seconds), 3), "peak_mb": peak_mb()})
+
+    def add_model(self, name: str, seconds: Mapping[str, float]) -> None:
+        """A model's fit/rank/metrics times, one row each, and one status line."""
+        for part in ("fit", "rank", "metrics"):
+            if part in seconds:
+                self.add(f"{name} {part}", seconds[part])
+        parts = ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items())
+        self.say(f"  model {name}: {parts}")
+
+    def table(self) -> str:
+        """The stage table: seconds and peak memory per step, and the total."""
+        total = time.perf_counter() - self._t0
+        width = max([len(r["stage"]) for r in self.rows] + [5])
+        lines = [f"{'stage':<{width}}  {'seconds':>8}  {'peak MB':>8}"]
+        lines += [
+            f"{r['stage']:<{width}}  {r['seconds']:>8.1f}  {r['peak_mb']:>8.0f}" for r in self.rows
+        ]
+        lines.append(f"{'total':<{width}}  {total:>8.1f}  {peak_mb():>8.0f}")
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        """The rows and the total, for ``stages.json``."""
+        return {
+            "stages": self.rows,
+            "total_seconds": round(time.perf_counter() - self._t0, 3),
+            "peak_mb": peak_mb(),
+        }
+
+
+#: The current run's stages (set by :func:`harness.cli.run`); a quiet one outside a run.
+stages = Stages(show=False)

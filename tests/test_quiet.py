@@ -1,0 +1,167 @@
+"""The default run's output: status lines and a stage table, no third-party log lines, no bar
+updates in a log; MLflow readable at a glance; a multirun's table and sweep run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.progress import Stages
+
+#: A logging line of a library: "2026/11/23 06:42:52 INFO mlflow.store.db.utils: ..." or
+#: "INFO:matplotlib.font_manager:..." (Python's default format).
+LOG_LINE = re.compile(
+    r"(^\d{4}[/-]\d\d[/-]\d\d[ T][\d:,.]+\s+(DEBUG|INFO|WARNING)\b)|"
+    r"(^(DEBUG|INFO|WARNING):[\w.]+:)|(\b(mlflow|alembic|matplotlib)[\w.]*: )"
+)
+STAGES = ("load", "split", "candidates", "comparison", "report", "logging", "total")
+
+
+def _harness(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it, output to pipes (not a terminal), a fresh store in ``cwd``."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "MLFLOW_LOGGING_LEVEL"},
+    )
+
+
+def _stage_rows(stdout: str) -> dict[str, tuple[float, float]]:
+    """The printed stage table as {stage: (seconds, peak MB)}."""
+    lines = stdout.splitlines()
+    start = next(
+        i for i, line in enumerate(lines) if re.match(r"^stage\s+seconds\s+peak MB$", line)
+    )
+    rows = {}
+    for line in lines[start + 1 :]:
+        m = re.match(r"^(.+?)\s+(\d+\.\d)\s+(\d+)$", line)
+        if not m:
+            break
+        rows[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+    return rows
+
+
+def test_stage_table_lists_steps_in_order_with_a_total() -> None:
+    stages = Stages(show=False)
+    stages.add("load", 1.25)
+    stages.add_model("knn", {"fit": 2.0, "rank": 0.5, "metrics": 0.25})
+    rows = _stage_rows(stages.table())
+    assert list(rows) == ["load", "knn fit", "knn rank", "knn metrics", "total"]
+    assert rows["load"][0] in (1.2, 1.3)  # printed with one decimal
+    assert rows["knn fit"][0] == 2.0 and rows["knn metrics"][0] in (0.2, 0.3)
+    # peak memory never decreases down the table (ru_maxrss is a running maximum)
+    peaks = [mb for _, mb in rows.values()]
+    assert peaks == sorted(peaks) and peaks[0] > 0
+    saved = stages.as_json()
+    assert [r["stage"] for r in saved["stages"]] == ["load", "knn fit", "knn rank", "knn metrics"]
+
+
+@pytest.mark.slow
+def test_default_run_is_quiet_shows_steps_and_is_readable_in_mlflow(tmp_path: Path) -> None:
+    done = _harness(tmp_path, "experiment=quick")
+    assert done.returncode == 0, done.stderr
+    output = done.stdout + done.stderr
+    noisy = [line for line in output.splitlines() if LOG_LINE.search(line)]
+    assert noisy == [], noisy
+    # not a terminal: one status line per step, no progress-bar updates
+    assert "\r" not in done.stderr and "it/s]" not in done.stderr and "%|" not in done.stderr
+    for doing in ("loading the dataset", "splitting", "comparing", "writing the report", "logging"):
+        assert f"… {doing}" in done.stderr, doing
+    rows = _stage_rows(done.stdout)
+    assert set(STAGES) <= set(rows), rows
+    assert {"item_knn fit", "item_knn rank", "item_knn metrics"} <= set(rows)
+    folder = tmp_path / re.search(r"^results: (.+)$", done.stdout, re.M).group(1).strip()
+    saved = json.loads((folder / "stages.json").read_text())
+    assert [r["stage"] for r in saved["stages"]] == [s for s in rows if s != "total"]
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
+    exp = client.get_experiment_by_name("offline-eval")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = client.search_runs([exp.experiment_id])
+    parent = next(r for r in runs if "model" not in r.data.tags)
+    children = {r.data.tags["model"]: r for r in runs if "model" in r.data.tags}
+    assert parent.info.run_name == "synthetic · global_time · 3 models"
+    assert {r.info.run_name for r in children.values()} == {
+        f"{m} · global_time · synthetic" for m in ("random", "popularity", "item_knn")
+    }
+    verdict = next(line for line in done.stdout.splitlines() if line.startswith("verdict: "))
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.splitlines()[0] == verdict
+    overall = re.search(r"overall gate decision: (\w+)", done.stdout).group(1)
+    assert parent.data.tags["decision"] == overall
+    assert children["popularity"].data.tags["decision"] == "baseline"
+    assert children["random"].data.tags["decision"] == "sanity (not gated)"
+    assert (
+        children["item_knn"].data.tags["decision"]
+        == children["item_knn"].data.tags["gate.decision"]
+    )
+    for run in runs:
+        tags = run.data.tags
+        assert tags["mlflow.source.name"] == "python -m harness"
+        assert tags["mlflow.source.type"] == "LOCAL"
+        assert re.fullmatch(r"[0-9a-f]{40}", tags["mlflow.source.git.commit"])
+        assert tags.get("mlflow.user")
+    knn = children["item_knn"]
+    # settings are params, not metrics; the headline metric is there under its short key
+    settings = ("confidence", "n_resamples", "higher_is_better", "df")
+    assert not [k for k in knn.data.metrics if k.rsplit(".", 1)[-1] in settings]
+    assert knn.data.params["compare.confidence"] == "0.95"
+    assert "ndcg_at_10" in knn.data.metrics
+    assert len(knn.data.metrics) < 250
+    # nothing lost: the whole comparison table is the run's comparison.json
+    got = client.download_artifacts(knn.info.run_id, "comparison.json", str(tmp_path))
+    table = json.loads(Path(got).read_text())
+    row = next(r for r in table if r["segment"] == "all" and r["metric"] == "ndcg@10")
+    assert row["confidence"] == 0.95 and row["higher_is_better"] in (True, 1)
+    assert knn.data.metrics["compare.all.ndcg_at_10.lift"] == pytest.approx(row["lift"])
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert "stages.json" in artifacts
+
+
+@pytest.mark.slow
+def test_multirun_ends_with_one_table_and_one_sweep_run(tmp_path: Path) -> None:
+    done = _harness(
+        tmp_path, "-m", "experiment=quick", "compare=none", "name=sweep", "model=popularity,random"
+    )
+    assert done.returncode == 0, done.stderr
+    assert not [line for line in (done.stdout + done.stderr).splitlines() if LOG_LINE.search(line)]
+    printed = re.findall(r"^results: (.+)$", done.stdout, re.M)
+    assert len(printed) == 2
+    table = done.stdout.split("multirun: 2 jobs\n", 1)[1].splitlines()
+    assert table[0].split() == ["job", "overrides", "headline", "decision", "results"]
+    assert "model=popularity" in table[1] and printed[0].strip() in table[1]
+    assert "model=random" in table[2] and printed[1].strip() in table[2]
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
+    exp = client.get_experiment_by_name("sweep")
+    runs = client.search_runs([exp.experiment_id])
+    (sweep,) = [r for r in runs if "results.folder" not in r.data.tags]
+    jobs = [r for r in runs if "results.folder" in r.data.tags and "model" not in r.data.tags]
+    assert len(jobs) == 2
+    assert all(j.data.tags["mlflow.parentRunId"] == sweep.info.run_id for j in jobs)
+    assert {j.data.tags["harness.sweep_id"] for j in jobs} == {sweep.data.tags["harness.sweep_id"]}
+    assert sweep.info.run_id in done.stdout
+    assert "model=random" in sweep.data.tags["mlflow.note.content"]
+    # a job's results folder logged again later still finds its (now nested) parent run
+    log = subprocess.run(
+        [sys.executable, "-m", "harness.log", printed[0].strip()],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert log.returncode == 0, log.stderr
+    assert len(client.search_runs([exp.experiment_id])) == len(runs)
