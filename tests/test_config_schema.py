@@ -150,14 +150,15 @@ def test_models_stay_open(tmp_path: Path) -> None:
     assert cfg.model.mine.k_neighbors == 7
 
 
-def test_cli_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize("module", ["harness", "harness.tune"])
+def test_cli_prints_one_line_and_exits_2(tmp_path: Path, module: str) -> None:
     write_option(tmp_path / "conf", "gate", "default", "primary: {metric: ndcg@10, min_lfit: 1}\n")
     runs = tmp_path / "runs"
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
-            "harness",
+            module,
             "--config-dir",
             str(tmp_path / "conf"),
             "gate=mine",
