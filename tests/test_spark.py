@@ -438,3 +438,55 @@ def test_item_bucket_segments_through_the_engine(spark: Any) -> None:
         pd.testing.assert_frame_equal(
             text.sort_index(), plain, check_exact=False, rtol=0, atol=TOL, check_names=False
         )
+
+
+# ------------------------------------------------------------------------------- reading
+
+
+def test_read_interactions_same_rows_and_errors_as_the_loader(spark: Any, tmp_path: Path) -> None:
+    """Parquet and CSV read in Spark give the in-process loader's rows and types; bad input
+    gives its one-line error (the loader's message, less the row number Spark does not keep)."""
+    from harness import data as hdata
+    from harness.errors import DataError
+    from harness.spark.io import read_interactions
+
+    good = pd.DataFrame(
+        {
+            "user": [3, 1, 2, 2],
+            "item": ["b", "a", "c", "a"],
+            "timestamp": [f"2023-0{m}-0{d}T10:00:00" for m, d in ((1, 1), (1, 2), (1, 3), (2, 1))],
+            "rating": [1.0, 2.5, 3.0, 5.0],
+        }
+    )
+    good.to_csv(tmp_path / "good.csv", index=False)
+    good.assign(timestamp=pd.to_datetime(good["timestamp"]).astype("int64") // 10**9).to_parquet(
+        tmp_path / "good.parquet"
+    )
+    for name in ("good.csv", "good.parquet"):
+        want = hdata.load_interactions(tmp_path / name, rating_range=(1, 5))
+        got = read_interactions(spark, str(tmp_path / name), rating_range=(1, 5)).toPandas()
+        got = got.sort_values(["timestamp"]).reset_index(drop=True)
+        pd.testing.assert_frame_equal(
+            got, want.sort_values(["timestamp"]).reset_index(drop=True), check_dtype=False
+        )
+        assert got["user"].dtype.kind == "i" and got["timestamp"].dtype.kind == "i"
+    bad = {
+        "missing.csv": good.drop(columns="timestamp"),
+        "null_user.parquet": good.assign(user=[1.0, None, 2.0, 3.0]),
+        "rating.csv": good.assign(rating=[1.0, 9.0, 2.0, 7.0]),
+        "text_rating.csv": good.assign(rating=["1", "x", "2", "3"]),
+        # (Spark parses each text timestamp on its own: no one-format-per-column inference)
+        "bad_time.csv": good.assign(timestamp=["x", "yesterday", "?", "never"]),
+    }
+    for name, frame in bad.items():
+        path = tmp_path / name
+        frame.to_csv(path, index=False) if name.endswith(".csv") else frame.to_parquet(path)
+        with pytest.raises(DataError) as want:
+            hdata.load_interactions(path, rating_range=(1, 5))
+        with pytest.raises(DataError) as got:
+            read_interactions(spark, str(path), rating_range=(1, 5))
+        message = str(got.value)
+        assert "\n" not in message and message.startswith(str(path))
+        head, _, example = message.partition(", e.g. ")
+        assert str(want.value).startswith(head), (str(want.value), message)
+        assert not example or f"e.g. {example}" in str(want.value), (str(want.value), message)
