@@ -153,31 +153,29 @@ def _bucket_tables(
     (the users without a test item in the bucket are not part of it: same numbers, less work).
     """
     item_bucket = bucket_of.reindex(qrels["item"]).fillna("tail").to_numpy()
-    runs = []
-    for r in recs:
+    truths = {b: qrels[item_bucket == b] for b in ("head", "mid", "tail")}
+    tables: dict[str, list[pd.DataFrame]] = {b: [] for b in truths}
+    for r in recs:  # one model's lists in memory at a time
         user = pd.Series(r["user"]).astype(qrels["user"].dtype)
         codes, uniques = pd.factorize(user)
-        columns = (user.array, pd.Series(r["item"]).array, -r["rank"].to_numpy())  # dtypes kept
-        runs.append((columns, codes, pd.Index(uniques)))
-    out: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
-    for bucket in ("head", "mid", "tail"):
-        truth = qrels[item_bucket == bucket]
-        if truth.empty:
-            empty = pd.DataFrame(columns=list(names), dtype=float)
-            out[bucket] = (empty, empty)
-            continue
-        tables = []
-        for (user, item, score), codes, uniques in runs:
-            wanted = np.zeros(len(uniques) + 1, dtype=bool)
-            at = uniques.get_indexer(truth["user"].unique())
+        index = pd.Index(uniques)
+        item, score = pd.Series(r["item"]).array, -r["rank"].to_numpy()
+        for bucket, truth in truths.items():
+            if truth.empty:
+                tables[bucket].append(pd.DataFrame(columns=list(names), dtype=float))
+                continue
+            wanted = np.zeros(len(index) + 1, dtype=bool)
+            at = index.get_indexer(truth["user"].unique())
             wanted[at[at >= 0]] = True
             keep = wanted[codes]
-            mine = pd.DataFrame({"user": user[keep], "item": item[keep], "score": score[keep]})
+            mine = pd.DataFrame(
+                {"user": user.array[keep], "item": item[keep], "score": score[keep]}
+            )
             if mine.empty:
                 mine = truth.assign(score=0.0).iloc[:0][["user", "item", "score"]]
-            tables.append(evaluate(truth, mine, list(names), **options).per_user)
-        out[bucket] = (tables[0], tables[1].reindex(tables[0].index))
-    return out
+            tables[bucket].append(evaluate(truth, mine, list(names), **options).per_user)
+        del user, codes, index, item, score
+    return {b: (pa, pb.reindex(pa.index)) for b, (pa, pb) in tables.items()}
 
 
 def _rows(
