@@ -405,7 +405,7 @@ def tune_models(
     """
     vsplit = validation_view(split)
     frame = pd.concat([vsplit.train, vsplit.test], ignore_index=True)
-    vdataset = Dataset(f"{dataset.name}:validation", frame, dataset.source)
+    vdataset = replace(dataset, name=f"{dataset.name}:validation", frame=frame)  # side inputs kept
     names = tuple(suite.names) + (() if spec.objective in suite.names else (spec.objective,))
     cutoff = metrics.parse(spec.objective).k or 0
     vsuite = replace(suite, names=names, k=max(suite.k, cutoff))
