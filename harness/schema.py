@@ -379,7 +379,8 @@ def one_line_config_errors(exit_code: int = 2) -> Iterator[None]:
     unknown option) prints one line and exits ``exit_code`` instead of Hydra's multi-line report.
 
     Hydra reports composition errors itself unless ``HYDRA_FULL_ERROR`` is set, so it is set for
-    the call and the error is caught here; when the user set it, the full error is shown as usual.
+    the call and the error is caught here; when the user set it (or passed ``debug=true``), the full
+    error is shown.
     """
     from hydra.errors import (
         ConfigCompositionException,
@@ -392,8 +393,8 @@ def one_line_config_errors(exit_code: int = 2) -> Iterator[None]:
     try:
         yield
     except (ConfigCompositionException, MissingConfigException, OverrideParseException) as err:
-        if user_set:
-            raise
+        if user_set or any(re.fullmatch(r"\+*debug=(true|True|1)", a) for a in sys.argv[1:]):
+            raise  # HYDRA_FULL_ERROR or debug=true: the full error
         print(f"error: {config_error(err)}", file=sys.stderr, flush=True)
         sys.exit(exit_code)
     finally:
