@@ -465,8 +465,13 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         print(f"\n{stages.table()}")
         sweep_jobs.append(_job_row(cfg, folder, result, gspec, cspec, overall, ids["parent"]))
         print(f"MLflow: {cfg.tracking.uri} experiment {cfg.name!r}, parent run {ids['parent']}")
-        if str(cfg.tracking.uri).startswith("sqlite:///"):
+        uri_is_local = str(cfg.tracking.uri).startswith("sqlite:///")
+        if uri_is_local:
             print(f"  open with: mlflow ui --backend-store-uri {cfg.tracking.uri}")
+        base = "http://127.0.0.1:5000" if uri_is_local else str(cfg.tracking.uri).rstrip("/")
+        if base.startswith("http"):  # workflowType: else MLflow reopens the GenAI overview
+            link = f"{base}/#/experiments/{tracker.experiment_id}?workflowType=machine_learning"
+            print(f"  runs: {link}")
         code = max(  # gate.promote: move a registry alias on GO, record the decision
             code,
             promote_run(
