@@ -118,6 +118,7 @@ def table_state(parent: str, columns: list[str]) -> str:
         {
             "selectedColumns": columns,
             "runsExpanded": {parent: True},
+            "columnWidths": {"tags.`mlflow.runName`": 300, "tags.`decision`": 150},
             "orderByKey": "attributes.start_time",
             "orderByAsc": False,
         }
@@ -149,13 +150,15 @@ def look(
     if parent:
         state = table_state(parent.group(1), columns)
         page.add_init_script(f"window.localStorage.setItem({json.dumps(key)}, {json.dumps(state)})")
+    for item, value in (("panelOpen_v1", "false"), ("fab.autoOpenedOnFirstLoad_v1", "true")):
+        page.add_init_script(f"window.localStorage.setItem('mlflow.assistant.{item}', '{value}')")
     page.goto(runs_link(url, experiment_id), wait_until="load")
     page.wait_for_timeout(8000)
     if "/runs" not in page.url:
         failures.append(f"the experiment opened on {page.url.split('#', 1)[1]}, not on its runs")
-    if page.get_by_text("Training runs").count() == 0:
-        failures.append("the page does not say 'Training runs'")
     text = page.inner_text("body")
+    if "Token Usage" in text or "Model training" not in text:
+        failures.append("the page shows the GenAI view, not model training")
     failures += check(text, stdout)
     page.screenshot(path=str(docs / "mlflow-runs.png"))
     exp = MlflowClient(uri).get_experiment(experiment_id)
