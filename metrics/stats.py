@@ -685,7 +685,7 @@ def _normal_ci(
 ) -> tuple[float, float]:
     """``mean ± z·sd/√n`` (ddof=1) of ``x``."""
     mean = float(x.mean())
-    half = z * (ms or _mean_sd(x))[1] / np.sqrt(x.size) if x.size > 1 else float("nan")
+    half = float(z * (ms or _mean_sd(x))[1] / np.sqrt(x.size)) if x.size > 1 else float("nan")
     return mean - half, mean + half
 
 
@@ -693,7 +693,7 @@ def _lift_normal_ci(va: np.ndarray, d: np.ndarray, lift: float, z: float) -> tup
     """Delta-method interval of ``mean d / mean a``: ``lift ± z·sd(d − lift·a)/(√n·|mean a|)``."""
     if np.isnan(lift):
         return (float("nan"), float("nan"))
-    half = z * _mean_sd(d - lift * va)[1] / (np.sqrt(va.size) * abs(float(va.mean())))
+    half = float(z * _mean_sd(d - lift * va)[1] / (np.sqrt(va.size) * abs(float(va.mean()))))
     return lift - half, lift + half
 
 
