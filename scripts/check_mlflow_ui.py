@@ -118,7 +118,6 @@ def table_state(parent: str, columns: list[str]) -> str:
         {
             "selectedColumns": columns,
             "runsExpanded": {parent: True},
-            "columnWidths": {"tags.`mlflow.runName`": 300, "tags.`decision`": 150},
             "orderByKey": "attributes.start_time",
             "orderByAsc": False,
         }
