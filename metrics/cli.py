@@ -223,6 +223,7 @@ def compare_runs(
                 "gsb_same": c.gsb.same,
                 "gsb_bad": c.gsb.bad,
                 "gsb_delta": c.gsb.delta,
+                "method": c.method,
             }
         rows[name] = row
     table = pd.DataFrame.from_dict(rows, orient="index")
@@ -313,9 +314,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"A: {args.run}\nB: {args.run_b}\n")
             print(format_comparison(table, args.confidence))
+            methods = set(table.get("method", pd.Series(dtype=object)).dropna())
+            ci = {
+                "bootstrap": f"paired bootstrap over users ({args.n_resamples} resamples)",
+                "normal": "normal (CLT) interval, delta method for the lift (many users)",
+            }
             print(
                 f"\np: {args.test} test, {args.correction} correction across the metrics; "
-                f"CI: paired bootstrap over users ({args.n_resamples} resamples)"
+                f"CI: {'; '.join(ci[m] for m in sorted(methods)) or '-'}"
             )
         return 0
     if args.output == "trec":
