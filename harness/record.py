@@ -342,9 +342,9 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
     checkpoint("logging")
     folder_tag = {FOLDER_TAG: the_plan["folder_id"]}
     spec = the_plan["parent"]
-    logged = tracker.find(folder_tag)
-    ids_here = {r.info.run_id for r in logged}  # a job's parent may sit under a sweep run
-    found = [r for r in logged if r.data.tags.get("mlflow.parentRunId") not in ids_here]
+    from_folder = tracker.find(folder_tag)
+    ids_here = {r.info.run_id for r in from_folder}  # a job's parent may sit under a sweep run
+    found = [r for r in from_folder if r.data.tags.get("mlflow.parentRunId") not in ids_here]
     parent_run = found[0] if found else None
     if parent_run is None:
         parent = tracker.start(the_plan["run_name"], spec["tags"])
