@@ -505,8 +505,3 @@ def _state(
                 {"n": freq.astype(np.int64)}, index=pd.Index(prep.item_ids(distinct), name="item")
             )
     return st
-
-
-def _mean(values: np.ndarray) -> float:
-    ok = ~np.isnan(values)
-    return float(values[ok].mean()) if ok.any() else float("nan")
