@@ -12,6 +12,7 @@
 PySpark is imported lazily, so the package imports without it.
 """
 
+from harness.spark.io import read_interactions
 from harness.spark.metrics import evaluate_spark
 from harness.spark.session import JAVA17_HOME, spark_session
 from harness.spark.split import SparkSplit, global_time_spark, leave_one_out_spark
@@ -23,6 +24,7 @@ __all__ = [
     "evaluate_spark",
     "global_time_spark",
     "leave_one_out_spark",
+    "read_interactions",
     "spark_session",
     "topk_spark",
 ]
