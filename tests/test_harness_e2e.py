@@ -100,8 +100,9 @@ def mlflow_runs(cwd: Path) -> tuple[Any, list[Any], list[Any]]:
     exp = client.get_experiment_by_name(EXPERIMENT)
     assert exp is not None
     runs = client.search_runs([exp.experiment_id], max_results=1000)
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    # a multirun's sweep run (no results folder) groups the jobs' parents: neither kind here
+    parents = [r for r in runs if "results.folder" in r.data.tags and "model" not in r.data.tags]
+    children = [r for r in runs if "model" in r.data.tags]
     return client, parents, children
 
 
