@@ -353,6 +353,12 @@ class BeyondInputs:
                 self._need_train(name, "co-occurrence similarity (or pass item_features=)", True)
         elif spec.metric in ("unexpectedness", "serendipity"):
             if method == "popularity":
+                if spec.k is None:  # the primitive list's length must not depend on batching
+                    raise ValueError(
+                        f"metric {name!r} with serendipity_method='popularity' needs a cutoff "
+                        f"(the popularity list it is compared with has k items), e.g. "
+                        f"{spec.metric}@10"
+                    )
                 self._need_train(name, "the popularity top-k of serendipity_method='popularity'")
             else:
                 self._need_train(name, "the user's history (serendipity_method='history')", True)
@@ -472,7 +478,7 @@ class BeyondInputs:
         # unexpectedness / serendipity
         if self.opts.serendipity_method == "popularity":
             unexpected = np.zeros(valid.shape)
-            primitive = self._primitive(spec.k or valid.shape[1])
+            primitive = self._primitive(spec.k)
             unexpected[valid] = ~pd.Index(ids).isin(primitive)
         else:
             space = self.space()

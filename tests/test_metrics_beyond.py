@@ -576,3 +576,13 @@ def test_dataset_side_input_files(tmp_path) -> None:
         with pytest.raises(DataError) as err:
             load_dataset(base | extra)
         assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("name", ["unexpectedness", "serendipity"])
+def test_popularity_unexpectedness_without_cutoff_is_refused(name: str) -> None:
+    """The primitive list's length would otherwise be the width of a user batch."""
+    qrels = pd.DataFrame({"user": [1], "item": [1], "relevance": [1]})
+    run = pd.DataFrame({"user": [1, 1], "item": [1, 2], "score": [2.0, 1.0]})
+    train = pd.DataFrame({"user": [2, 2], "item": [1, 3]})
+    with pytest.raises(ValueError, match=rf"'{name}'.*needs a cutoff.*{name}@10"):
+        metrics.evaluate(qrels, run, [name], train=train)

@@ -75,8 +75,7 @@ def every_metric(ks: tuple[int, ...] = (5, 10)) -> list[str]:
         if d.name != name:
             continue
         base = "exposure_tail" if name == "exposure" else name  # one name per item group
-        # without a cutoff their popularity top-n is the width of a batch (metrics/side.py
-        # per_user): batch-dependent, so not comparable across engines until that is fixed
+        # without a cutoff they are refused under serendipity_method='popularity' (the default)
         batch_width = name in ("unexpectedness", "serendipity")
         if d.cutoff != "required" and not batch_width:
             names.append(base)
