@@ -30,6 +30,7 @@ from harness.models import (
     RandomModel,
     Recommender,
     padding_mask,
+    without_search_space,
 )
 from harness.synthetic import generate
 
@@ -531,9 +532,10 @@ def cfg_of(*overrides: str):
 
 
 def test_new_model_configs_build_the_models(data: pd.DataFrame, tmp_path) -> None:
-    als = instantiate(cfg_of("model=als", "seed=4").model.als)
+    als = instantiate(without_search_space(cfg_of("model=als", "seed=4").model.als))
     assert isinstance(als, ALS) and (als.factors, als.iterations, als.seed) == (64, 15, 4)
-    assert isinstance(instantiate(cfg_of("model=bias").model.bias), BiasRating)
+    bias = instantiate(without_search_space(cfg_of("model=bias").model.bias))
+    assert isinstance(bias, BiasRating)
     path = tmp_path / "s.csv"
     pd.DataFrame({"user": [1], "item": [2], "s": [0.5]}).to_csv(path, index=False)
     cfg = cfg_of(

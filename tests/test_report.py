@@ -150,7 +150,11 @@ def p_text(p: float) -> str:
 
 
 def expected_cells(r: pd.Series) -> dict[str, str]:
-    g = {k: float(r.get(k, np.nan)) for k in r.index if k not in ("segment", "metric", "kind")}
+    g = {
+        k: float(r.get(k, np.nan))
+        for k in r.index
+        if k not in ("segment", "metric", "kind", "method")  # method: bootstrap | normal
+    }
     nan = float("nan")
     get = lambda k: g.get(k, nan)  # noqa: E731
     return {
