@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from metrics import beyond, ranking, rating, scores
 from metrics.registry import MetricDef, register
 
@@ -19,6 +22,7 @@ _RANKING = [
     ("ndcg", ranking.ndcg, "dcg@k / idcg@k (0 when idcg = 0)", ()),
 ]
 _UNBOUNDED = {"arhr", "cg", "dcg", "idcg"}
+_kernel: Callable[..., Any]  # the loops below register kernels of different signatures
 
 for _name, _kernel, _text, _aliases in _RANKING:
     register(
@@ -102,7 +106,7 @@ for _name, _kernel, _text in [
             needs_relevant=False,
         )
     )
-for _name, _kernel, _text, _agg, _hib, _bounded in [
+_RUN: list[tuple[str, Callable[..., Any], str, str, bool, bool]] = [
     (
         "coverage",
         beyond.coverage,
@@ -143,12 +147,13 @@ for _name, _kernel, _text, _agg, _hib, _bounded in [
         False,
         False,
     ),
-]:
+]
+for _name, _run_kernel, _text, _agg, _hib, _bounded in _RUN:
     register(
         MetricDef(
             _name,
             "run",
-            _kernel,
+            _run_kernel,
             _text,
             higher_is_better=_hib,
             bounded=_bounded,

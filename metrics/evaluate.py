@@ -310,12 +310,12 @@ class _Accumulator:
                     self.pooled_relevant.append(relevant)
             judged = cand & np.isfinite(batch.labels)
             rows = np.nonzero(judged)[0]
-            for total, part in zip(
+            for acc, errors in zip(
                 self.errors,
                 rating.user_errors(rows, batch.labels[judged], batch.scores[judged], len(users)),
                 strict=True,
             ):
-                total[users] += part
+                acc[users] += errors
 
 
 def _catalog_size(catalog: Any, prep: Prepared, train: pd.DataFrame | None) -> int:
