@@ -33,7 +33,13 @@ import metrics
 from harness import folders
 from harness import progress as stage_log
 from harness.candidates import SAMPLED_WARNING, CandidateSpec, build_candidates
-from harness.compare import CompareSpec, PairComparison, compare_models, compared_metrics
+from harness.compare import (
+    CompareSpec,
+    PairComparison,
+    compare_models,
+    compared_metrics,
+    read_labels,
+)
 from harness.compare.sizing import format_sizing, sizing_notes, sizing_of
 from harness.datasets import load_dataset
 from harness.errors import DataError
@@ -353,6 +359,8 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     suite = suite_of(cfg)
     cspec, gspec = compare_spec_of(cfg), gate_spec_of(cfg)
     gspec = checked_gate(cfg, cspec, gspec, suite)  # bad gate rules: exit 2 before any fit
+    if cspec.human_labels:  # a bad labels file: exit 2 before any fit, not after every model
+        read_labels(cspec.human_labels)
     warn_share = dropped_share_of(cfg)
     cand_spec = CandidateSpec(**_plain(cfg.get("candidates") or {"kind": "full"}))
     models, load_errors = build_models(cfg, progress)

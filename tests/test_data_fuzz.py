@@ -334,3 +334,23 @@ def test_bad_candidates_files_name_the_file(tmp_path: Path, content: bytes, frag
         _read_file(str(path))
     message = str(info.value)
     assert message.startswith(str(path)) and fragment in message and "\n" not in message
+
+
+@pytest.mark.slow
+def test_bad_human_labels_file_is_refused_before_any_model_runs(tmp_path: Path) -> None:
+    labels = tmp_path / "labels.csv"
+    labels.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" * 20)
+    proc = run_cli(
+        tmp_path / "work",
+        "experiment=quick",
+        "tracking=none",
+        "progress=false",
+        "gate=none",
+        "model=[popularity,random]",
+        f"compare.human_labels={labels}",
+    )
+    assert proc.returncode == 2, explain(proc)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "labels.csv" in errors[0], explain(proc)
+    assert "Traceback" not in proc.stderr
+    assert "model popularity" not in proc.stderr and "fit" not in proc.stdout, explain(proc)

@@ -389,7 +389,8 @@ def compare_models(
     for name, outcome in result.outcomes.items():
         if name == spec.baseline or outcome.evaluation is None:
             continue
-        assert base.recommendations is not None and outcome.recommendations is not None
+        if base.recommendations is None or outcome.recommendations is None:
+            raise RuntimeError(f"{spec.baseline} or {name} was evaluated without its top-k lists")
         pairs.append(
             compare_pair(
                 spec.baseline,

@@ -76,7 +76,8 @@ def _kth_smallest(df: DataFrame, column: str, index: int, n: int) -> int:
             inside &= col <= sf.lit(int(hi))
         below = sf.count(sf.when(col < sf.lit(int(lo)), 1)) if lo is not None else sf.lit(0)
         row = df.agg(below.alias("below"), sf.collect_list(sf.when(inside, col)).alias("w")).first()
-        assert row is not None
+        if row is None:  # an aggregate always returns one row
+            raise RuntimeError("Spark returned no row for a quantile window aggregate")
         window = sorted(int(v) for v in row["w"])
         at = index - int(row["below"])
         if 0 <= at < len(window):
