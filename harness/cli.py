@@ -254,6 +254,7 @@ def format_verdicts(
         if pair.candidate in sanity:
             head += " (sanity baseline, not gated)"
         lines.append(head)
+        lines += [f"  note: {note}" for note in pair.notes]
         decision = decisions.get(pair.candidate)
         if decision is not None:
             lines.append(f"  gate: {decision.decision}")

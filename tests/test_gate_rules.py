@@ -515,3 +515,32 @@ def test_terminal_block_has_no_nan_and_marks_sanity_baselines() -> None:
     )
     assert lines[4] == "empty vs base" and lines[-1] == "overall gate decision: GO"
     assert not BAD_WORDS.search(text)
+
+
+@pytest.mark.slow
+def test_user_group_gap_is_reported_with_its_ci(tmp_path: Path) -> None:
+    """compare.user_groups: the printed gap equals the group means recomputed from the saved
+    per-user table, for the baseline and the candidate, and lies inside its interval."""
+    groups = tmp_path / "groups.csv"
+    pd.DataFrame(
+        {"user": range(2000), "group": ["even" if u % 2 == 0 else "odd" for u in range(2000)]}
+    ).to_csv(groups, index=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "experiment=quick", "tracking=none", "progress=false",
+         "gate=none", "model=[popularity,item_knn]", f"compare.user_groups={groups}",
+         f"runs_dir={tmp_path / 'runs'}"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if "user-group gap of ndcg@10" in x)
+    for model in ("popularity", "item_knn"):
+        table = pd.read_parquet(next((tmp_path / "runs").rglob(f"{model}/per_user.parquet")))
+        values = table["ndcg@10"].dropna()
+        even = values[values.index % 2 == 0].mean()
+        odd = values[values.index % 2 == 1].mean()
+        match = re.search(rf"{model} ([0-9.]+) \[([0-9.]+), ([0-9.]+)\]", line)
+        assert match, line
+        gap, low, high = map(float, match.groups())
+        assert gap == pytest.approx(abs(even - odd), abs=5e-5), line
+        assert low <= gap <= high
+        assert f"even {even:.4f}" in line and f"odd {odd:.4f}" in line

@@ -49,6 +49,7 @@ class CompareSpec:
     tail_share: float = 0.5
     segments: bool = True
     human_labels: str | None = None  # CSV/Parquet of unit, label (good/same/bad)[, candidate]
+    user_groups: str | None = None  # fairness gap: 'activity' or a CSV/Parquet of user,group
     daily_users: float | None = None  # online A/B test sizing: users entering the test per day
     alpha: float = 0.05  # online A/B test sizing: significance level
     power: float = 0.8  # online A/B test sizing: power
@@ -420,4 +421,76 @@ def compare_models(
             if len(mine):
                 row = pd.DataFrame([labels_row(mine["label"], spec)])
                 pair.table = pd.concat([pair.table, row], ignore_index=True)
+    if spec.user_groups and pairs:
+        groups = user_groups_of(spec, result)
+        tables = {n: o.evaluation.per_user for n, o in result.outcomes.items() if o.evaluation}
+        for pair in pairs:
+            pair.notes.append(
+                group_gap_note(
+                    pair, (tables[pair.baseline], tables[pair.candidate]), groups, spec
+                )
+            )
     return pairs, notes
+
+
+def user_groups_of(spec: CompareSpec, result: ExperimentResult) -> pd.Series:
+    """User → group for the fairness gap: ``activity`` (cold users, at most ``cold_max_events``
+    training events, against the others) or a CSV/Parquet file with columns ``user, group``."""
+    if spec.user_groups == "activity":
+        test_users = np.sort(result.split.test["user"].unique())
+        activity = result.split.train["user"].value_counts().reindex(test_users, fill_value=0)
+        label = np.where(activity.to_numpy() <= spec.cold_max_events, "cold", "warm")
+        return pd.Series(label, index=activity.index)
+    from pathlib import Path
+
+    from harness.data import normalize_ids, read_text_table
+    from harness.errors import DataError
+
+    path = str(spec.user_groups)
+    file = Path(path)
+    if not file.is_file():
+        raise DataError(f"{path}: user group file not found (compare.user_groups)")
+    frame = (
+        pd.read_parquet(file)
+        if file.suffix in (".parquet", ".pq")
+        else read_text_table(file, "tsv" if file.suffix == ".tsv" else "csv", path)
+    )
+    for column in ("user", "group"):
+        if column not in frame.columns:
+            raise DataError(f"{path}: column {column!r} is missing (compare.user_groups)")
+    users = normalize_ids(frame["user"], path, "user")
+    return pd.Series(frame["group"].astype(str).to_numpy(), index=pd.Index(users))
+
+
+def group_gap_note(
+    pair: PairComparison,
+    per_user: tuple[pd.DataFrame, pd.DataFrame],
+    groups: pd.Series,
+    spec: CompareSpec,
+) -> str:
+    """One line: the gap of the GSB metric between user groups for the baseline and the
+    candidate, each with its bootstrap CI (users resampled within their group)."""
+    from metrics.beyond import group_gap
+
+    metric = pair.gsb_metric
+    parts = []
+    for model, table in zip((pair.baseline, pair.candidate), per_user, strict=True):
+        try:
+            gap = group_gap(
+                table,
+                groups,
+                metric,
+                n_resamples=spec.n_resamples,
+                confidence=spec.confidence,
+                seed=spec.seed,
+            )
+        except ValueError as err:
+            return f"user-group gap of {metric}: not computed ({err})"
+        means = ", ".join(f"{g} {m:.4f}" for g, m in gap.means.items())
+        parts.append(
+            f"{model} {gap.gap:.4f} [{gap.ci[0]:.4f}, {gap.ci[1]:.4f}] ({means})"
+        )
+    return (
+        f"user-group gap of {metric} (max − min group mean, {spec.confidence:.0%} CI): "
+        + "; ".join(parts)
+    )
