@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from harness.models.base import BaseRecommender
+from harness.models.mf import factor_scores
 
 __all__ = [
     "ImplicitALS",
@@ -109,11 +110,7 @@ class _ImplicitFactors(_Implicit):
         self._items64 = self.item_factors_.astype(np.float64)
 
     def _score(self, user_codes: np.ndarray) -> np.ndarray:
-        """Dot products in float64 (exact for float32 factors up to rounding), rounded to float32
-        so a user's scores and tie order do not depend on the batch shape BLAS sees."""
-        scores = self.user_factors_[user_codes].astype(np.float64) @ self._items64.T
-        scores[...] = scores.astype(np.float32)
-        return scores
+        return factor_scores(self.user_factors_[user_codes], self._items64)
 
 
 class ImplicitALS(_ImplicitFactors):

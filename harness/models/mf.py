@@ -90,14 +90,19 @@ class ALS(BaseRecommender):
         self._items64 = items.astype(np.float64)
 
     def _score(self, user_codes: np.ndarray) -> np.ndarray:
-        """Dot products in float64 (the float32 products are exact there), rounded to float32.
+        return factor_scores(self.user_factors_[user_codes], self._items64)
 
-        The rounding removes the last-bit differences between BLAS kernels chosen for different
-        batch shapes, so a user's scores (and tie order) do not depend on the batching.
-        """
-        scores = self.user_factors_[user_codes].astype(np.float64) @ self._items64.T
-        scores[...] = scores.astype(np.float32)  # round in place: one float32 temporary
-        return scores
+
+def factor_scores(user_factors: np.ndarray, items64: np.ndarray) -> np.ndarray:
+    """``user_factors @ items64ᵀ`` in float64 (the float32 products are exact there), rounded
+    to float32.
+
+    The rounding removes the last-bit differences between BLAS kernels chosen for different
+    batch shapes, so a user's scores (and tie order) do not depend on the batching.
+    """
+    scores = user_factors.astype(np.float64) @ items64.T
+    scores[...] = scores.astype(np.float32)  # round in place: one float32 temporary
+    return scores
 
 
 @dataclass(frozen=True)
