@@ -469,13 +469,7 @@ def _state(
             ok = ~np.isnan(values)
             sums[f"{name}:sum"], sums[f"{name}:n"] = float(values[ok].sum()), float(ok.sum())
         elif how == "weighted" and auc is not None:
-            weight = np.asarray(auc.n_pos, np.float64)
-            if getattr(opts, "gauc_weight", "candidates") == "candidates":
-                weight = weight + auc.n_neg
-            elif opts.gauc_weight != "positives":
-                raise ValueError(
-                    f"'gauc_weight' must be 'candidates' or 'positives' (got {opts.gauc_weight!r})"
-                )
+            weight = scores.gauc_weights(auc, opts.gauc_weight)
             ok = ~np.isnan(values)
             sums[f"{name}:sum"] = float(np.sum(values[ok] * weight[ok]))
             sums[f"{name}:n"] = float(weight[ok].sum())

@@ -19,6 +19,7 @@ __all__ = [
     "auc",
     "auc_counts",
     "gauc",
+    "gauc_weights",
     "global_auc",
     "matrix_auc_counts",
     "pooled_wins2",
@@ -135,17 +136,23 @@ def score_metric(
         ok = ~np.isnan(per)
         return per, float(per[ok].mean()) if ok.any() else float("nan")
     if metric == "gauc":
-        if gauc_weight not in ("candidates", "positives"):
-            raise ValueError(
-                f"'gauc_weight' must be 'candidates' or 'positives' (got {gauc_weight!r})"
-            )
-        weight = np.asarray(counts.n_pos, np.float64)
-        return per, gauc(per, weight + counts.n_neg if gauc_weight == "candidates" else weight)
+        return per, gauc(per, gauc_weights(counts, gauc_weight))
     if metric == "global_auc":
         pairs = float(np.sum(counts.n_pos, dtype=np.float64) * np.sum(counts.n_neg))
         value = counts.pooled_wins / pairs if pairs > 0 else float("nan")
         return np.full(per.shape, np.nan), float(value)
     raise ValueError(f"{metric!r} is not a score metric (auc, gauc, global_auc)")
+
+
+def gauc_weights(counts: AucCounts, gauc_weight: str = "candidates") -> np.ndarray:
+    """Each user's weight in ``gauc``: ``n_pos + n_neg`` (``"candidates"``) or ``n_pos``
+    (``"positives"``)."""
+    if gauc_weight not in ("candidates", "positives"):
+        raise ValueError(
+            f"'gauc_weight' must be 'candidates' or 'positives' (got {gauc_weight!r})"
+        )
+    weight = np.asarray(counts.n_pos, np.float64)
+    return weight + counts.n_neg if gauc_weight == "candidates" else weight
 
 
 def matrix_auc_counts(
