@@ -398,38 +398,10 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
     return ids
 
 
-def record(
-    tracker: Tracker,
-    result: ExperimentResult,
-    *,
-    run_name: str,
-    config: Mapping[str, Any],
-    split_key: str,
-    model_params: Mapping[str, Mapping[str, Any]],
-    pairs: Sequence[PairComparison] = (),
-    decisions: Mapping[str, GateDecision] | None = None,
-    overall: str | None = None,
-    folder_id: str | None = None,
-    verdict: str | None = None,
-    headline: str | None = None,
-    sanity: Sequence[str] = (),
-) -> dict[str, str]:
-    """Log everything; return the run ids (``parent`` and one per model)."""
-    the_plan = plan(
-        result,
-        run_name=run_name,
-        config=config,
-        split_key=split_key,
-        model_params=model_params,
-        pairs=pairs,
-        decisions=decisions,
-        overall=overall,
-        folder_id=folder_id,
-        verdict=verdict,
-        headline=headline,
-        sanity=sanity,
-    )
-    return replay(tracker, the_plan, result.folder)
+def record(tracker: Tracker, result: ExperimentResult, **plan_kwargs: Any) -> dict[str, str]:
+    """Log everything (``plan_kwargs`` as :func:`plan` takes them); return the run ids
+    (``parent`` and one per model)."""
+    return replay(tracker, plan(result, **plan_kwargs), result.folder)
 
 
 # ------------------------------------------------------------------------------------ multirun
