@@ -88,7 +88,7 @@ def _failing_rules(decision: Any) -> list[str]:
     return [
         f"{r.rule} {r.metric} ({r.segment}): {r.status}"
         for r in decision.rules
-        if r.status not in ("pass", "not_applicable")
+        if r.status != "pass"
     ]
 
 
