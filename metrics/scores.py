@@ -50,7 +50,8 @@ def auc_counts(
     """:class:`AucCounts` of scored candidates given as a long table (group code, score, label).
 
     One lexsort over all candidates; tie blocks are found by score changes, so no loop over
-    groups. ``pooled_wins`` is left NaN (see :func:`global_auc`).
+    groups. ``pooled_wins`` is left NaN (``metrics.evaluate`` pools ``global_auc`` from a
+    histogram of the scores; :func:`global_auc` for one table).
     """
     group = np.asarray(group, dtype=np.int64)
     relevant = np.asarray(relevant, dtype=bool)
