@@ -226,8 +226,6 @@ def _assemble(plan: _Plan, blocks: list[dict[str, Any]]) -> pd.DataFrame:
 
 def _side_frame(data: Any) -> Any:
     """An item-level side input as pandas (a Spark DataFrame is collected: one row per item)."""
-    if data is None or isinstance(data, pd.DataFrame | str):
-        return data
     if hasattr(data, "toPandas"):
         with _quiet():
             return pd.DataFrame(data.toPandas())
@@ -303,7 +301,7 @@ def evaluate_spark(
         popularity = _popularity(train, item_kind)
     train_pd = None
     if wants & set(SIDE_METRICS) and train is not None:
-        train_pd = train if isinstance(train, pd.DataFrame) else _side_frame(train)
+        train_pd = _side_frame(train)
     side = {
         key: _side_frame(value)
         for key, value in (
