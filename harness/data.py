@@ -464,9 +464,6 @@ def normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
     return text
 
 
-_normalize_ids = normalize_ids  # the name used by harness.models
-
-
 def _typed_object_ids(s: pd.Series, source: str, label: str) -> pd.Series:
     """An object column as one scalar type, or a DataError for mixed, nested or odd values."""
     kind = pd.api.types.infer_dtype(s, skipna=False)

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from harness.data import ITEM, USER, _normalize_ids
+from harness.data import ITEM, USER, normalize_ids
 from harness.models.base import _id_array, _ranked_lists, _take_lists
 from harness.models.precomputed import _as_str, _common_ids, _lookup, _show
 
@@ -225,7 +225,7 @@ class MLflowModel:
         rows are a contract violation."""
         if raw.size == 0:
             return np.zeros(0, dtype=self._train_items.dtype if exclude else np.int64)
-        normalized = _normalize_ids(raw, f"{self.uri} predict output", "'item'")
+        normalized = normalize_ids(raw, f"{self.uri} predict output", "'item'")
         if exclude:
             ids, _ = _common_ids(normalized, self._train_items)
         elif pd.api.types.is_integer_dtype(normalized.dtype):

@@ -23,7 +23,7 @@ from typing import Any, Self
 import numpy as np
 import pandas as pd
 
-from harness.data import ITEM, USER, _normalize_ids
+from harness.data import ITEM, USER, normalize_ids
 from harness.models.base import (
     BaseRecommender,
     _indptr,
@@ -92,10 +92,10 @@ class PrecomputedScores(BaseRecommender):
         table = self._read()
         source = self.path
         users, train_users = _common_ids(
-            _normalize_ids(table[USER], source, self._label(USER)), self.user_ids_
+            normalize_ids(table[USER], source, self._label(USER)), self.user_ids_
         )
         items, train_items = _common_ids(
-            _normalize_ids(table[ITEM], source, self._label(ITEM)), self.item_ids_
+            normalize_ids(table[ITEM], source, self._label(ITEM)), self.item_ids_
         )
         scores = self._scores(table[SCORE])
 
@@ -309,7 +309,7 @@ def _lookup(index: pd.Index, values: np.ndarray) -> np.ndarray:
     if index_text and not values_text:
         values = _as_str(values)
     elif values_text and not index_text:
-        normalized = _normalize_ids(pd.Series(values), "requested ids", "'id'")
+        normalized = normalize_ids(pd.Series(values), "requested ids", "'id'")
         if not pd.api.types.is_integer_dtype(normalized.dtype):
             return np.full(values.size, -1, dtype=np.int64)
         values = normalized.to_numpy(dtype=np.int64)
