@@ -69,7 +69,8 @@ class Options:
 
 
 #: Named bundles of options reproducing a library's conventions. Every preset names every
-#: convention (a library that has no such metric keeps the project's default, marked "n/a").
+#: ranking convention (a library that has no such metric keeps the project's default, marked
+#: "n/a"); beyond-accuracy options only where the library differs from the default.
 #: Evidence: the file (version or commit) and line of the library's source each value follows;
 #: tests/test_metrics_presets.py checks each preset against numbers that library computed.
 PRESETS: dict[str, dict[str, Any]] = {
