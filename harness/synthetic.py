@@ -26,6 +26,7 @@ popularity on held-out data.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,37 +39,15 @@ _DAY = 86_400
 
 
 def generate(
-    n_users: int = 2000,
-    n_items: int = 1000,
-    n_events: int = 60000,
-    seed: int = 0,
-    *,
-    n_clusters: int = 20,
-    taste: float = 0.75,
-    popularity_exponent: float = 1.0,
-    activity_sigma: float = 0.9,
-    start: str = "2023-01-01",
-    days: int = 365,
-    ratings: bool = True,
+    n_users: int = 2000, n_items: int = 1000, n_events: int = 60000, seed: int = 0, **options: Any
 ) -> pd.DataFrame:
     """Return a validated Interactions frame of exactly ``n_events`` synthetic events.
 
     Identical output for identical arguments; user ids are ``0..n_users-1`` and item ids
-    ``0..n_items-1`` (int64), rows are sorted by timestamp, then user, then item.
+    ``0..n_items-1`` (int64), rows are sorted by timestamp, then user, then item. ``options``
+    are :func:`generate_with_items`'s keyword-only arguments (``n_clusters``, ``taste``…).
     """
-    return generate_with_items(
-        n_users,
-        n_items,
-        n_events,
-        seed,
-        n_clusters=n_clusters,
-        taste=taste,
-        popularity_exponent=popularity_exponent,
-        activity_sigma=activity_sigma,
-        start=start,
-        days=days,
-        ratings=ratings,
-    )[0]
+    return generate_with_items(n_users, n_items, n_events, seed, **options)[0]
 
 
 def generate_with_items(
