@@ -415,6 +415,9 @@ def _finish(
     empty = prep.n_rel == 0
     included = ~empty if opts.empty_users == "skip" else np.ones(len(empty), bool)
     auc: scores.AucCounts | None = None
+    if any(spec.definition.kind == "score" for _, spec in named):
+        auc = scores.AucCounts(acc.auc_wins, acc.auc_pos, acc.auc_neg)
+        per_auc = scores.user_auc(auc)
     for name, spec in named:
         d, values = spec.definition, acc.values[name]
         if d.kind in ("ranking", "run") and d.needs_relevant:
@@ -422,9 +425,7 @@ def _finish(
             if opts.empty_users == "one":  # torchmetrics' empty_target_action="pos"
                 values[empty] = 1.0
         if d.kind == "score":
-            auc = auc or scores.AucCounts(acc.auc_wins, acc.auc_pos, acc.auc_neg)
-            user = scores.user_auc(auc)
-            values[:] = np.nan if spec.metric == "global_auc" else user
+            values[:] = np.nan if spec.metric == "global_auc" else per_auc
         elif d.kind == "rating":
             sse, sae, n = acc.errors
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -450,14 +451,14 @@ def _state(
 ) -> State:
     """The mergeable aggregates of finalized per-user values (see :class:`State`)."""
     st = State(counts=dict(prep.counts))
+    if auc is not None:
+        st.counts["auc_undefined_users"] = int(np.isnan(scores.user_auc(auc)).sum())
     sums = st.sums
     for name, spec in named:
         values, how = acc.values[name], _reduction(spec, opts)
         if spec.metric in SIDE_METRICS:
             scope = included if spec.definition.needs_relevant else np.ones(len(values), bool)
             st.counts[f"{name}.undefined_users"] = int((scope & np.isnan(values)).sum())
-        if spec.definition.kind == "score" and auc is not None:
-            st.counts["auc_undefined_users"] = int(np.isnan(scores.user_auc(auc)).sum())
         if how == "micro":
             none = np.zeros(len(prep.users))
             sums[f"hits@{spec.k}"] = float(acc.hits.get(spec.k, none)[included].sum())
