@@ -41,12 +41,19 @@ def _check_columns(df: DataFrame, needed: tuple[str, ...], what: str) -> None:
         )
 
 
+def _is_integer_type(dtype: Any) -> bool:
+    """Whether a Spark data type is an integer type (byte, short, int or long)."""
+    from pyspark.sql import types as st
+
+    return isinstance(dtype, st.ByteType | st.ShortType | st.IntegerType | st.LongType)
+
+
 def _id_kind(df: DataFrame, column: str) -> str:
     """``"bigint"`` for integer ids, ``"string"`` for text ids (the numpy engine's two kinds)."""
     from pyspark.sql import types as st
 
     dtype = df.schema[column].dataType
-    if isinstance(dtype, st.ByteType | st.ShortType | st.IntegerType | st.LongType):
+    if _is_integer_type(dtype):
         return "bigint"
     if isinstance(dtype, st.StringType):
         return "string"
@@ -129,7 +136,7 @@ def read_interactions(
             as_int = sf.expr(f"try_cast(trim(`{name}`) as bigint)")
             typed[name] = col  # decided below: integers if every value is one
             checks.append((name, "_int", col.isNotNull() & as_int.isNull()))
-        elif isinstance(dtype, st.ByteType | st.ShortType | st.IntegerType | st.LongType):
+        elif _is_integer_type(dtype):
             typed[name] = col.cast("bigint")
         elif isinstance(dtype, st.FloatType | st.DoubleType | st.DecimalType):
             frac = col.isNotNull() & (sf.isnan(col.cast("double")) | (col != sf.floor(col)))
@@ -143,7 +150,7 @@ def read_interactions(
     ts = sf.col("timestamp")
     ts_type = df.schema["timestamp"].dataType
     checks.append(("timestamp", "null timestamp(s)", ts.isNull()))
-    if isinstance(ts_type, st.ByteType | st.ShortType | st.IntegerType | st.LongType):
+    if _is_integer_type(ts_type):
         seconds = ts.cast("bigint")
     elif isinstance(ts_type, st.TimestampType | st.TimestampNTZType | st.DateType):
         seconds = sf.unix_timestamp(ts.cast("timestamp"))

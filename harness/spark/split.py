@@ -30,7 +30,7 @@ class SparkSplit:
 
 
 def _check_interactions(df: DataFrame) -> None:
-    from pyspark.sql import types as st
+    from harness.spark.io import _is_integer_type
 
     missing = [c for c in ("user", "item", "timestamp") if c not in df.columns]
     if missing:
@@ -39,7 +39,7 @@ def _check_interactions(df: DataFrame) -> None:
             "use harness.data.validate_interactions"
         )
     dtype = df.schema["timestamp"].dataType
-    if not isinstance(dtype, st.ByteType | st.ShortType | st.IntegerType | st.LongType):
+    if not _is_integer_type(dtype):
         raise ValueError(
             f"column 'timestamp' must hold int64 epoch seconds (got type "
             f"{dtype.simpleString()}); use harness.data.validate_interactions"
