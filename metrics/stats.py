@@ -613,13 +613,9 @@ def gsb_bootstrap(
     n_resamples = _check_int("n_resamples", n_resamples, 1)
     confidence = _check_open_unit("confidence", confidence)
     _check_int("seed", seed, 0)
-    va, vb, dropped = _paired(a, b)
-    g = replace(
-        gsb(va, vb, tolerance, relative=relative, higher_is_better=higher_is_better),
-        excluded=dropped,
-    )
-    signs = _gsb_signs(va, vb, tolerance, relative, higher_is_better)
-    res = _resample_stats([signs], "mean", n_resamples, seed)[:, 0]
+    p = _prepare(a, b, tolerance, relative, higher_is_better, "bootstrap")
+    res = _resample_stats([p.signs], "mean", n_resamples, seed)[:, 0]
+    g = p.g
     return GSBBootstrapResult(g, g.delta, _percentile_ci(res, confidence), confidence, n_resamples)
 
 
@@ -837,11 +833,10 @@ def compare(
     >>> c.gsb.delta, c.p_sign, c.method
     (-0.25, 1.0, 'bootstrap')
     """
-    settings = _checked_settings(n_resamples, confidence, alpha, power, seed, method)
     return compare_many(
         {"": (a, b, higher_is_better)},
-        tolerance=tolerance, relative=relative, n_resamples=settings[0], seed=seed,
-        confidence=settings[1], alpha=settings[2], power=settings[3], method=method,
+        tolerance=tolerance, relative=relative, n_resamples=n_resamples, seed=seed,
+        confidence=confidence, alpha=alpha, power=power, method=method,
     )[""]  # fmt: skip
 
 
