@@ -181,7 +181,7 @@ def compare_runs(
 ) -> pd.DataFrame:
     """B against A per metric: means, Δ, lift with its bootstrap CI, corrected p-value and GSB.
 
-    Uses :func:`metrics.stats.compare` on the per-user vectors: users where either side is
+    Uses :func:`metrics.stats.compare_many` on the per-user vectors: users where either side is
     undefined are dropped and counted, and A and B are then the means over the paired users.
     Whole-run metrics have no per-user value: their summaries are shown without statistics.
     """
@@ -194,21 +194,25 @@ def compare_runs(
             f"'correction' must be one of {', '.join(CORRECTIONS)} (got {correction!r})"
         )
     users = a.per_user.index.union(b.per_user.index)
-    rows = {}
+    columns = {}
     for name in a.summary:
         va = a.per_user[name].reindex(users)
         vb = b.per_user[name].reindex(users)
-        row: dict[str, Any] = {"A": a.summary[name], "B": b.summary[name]}
         if va.notna().any() and vb.notna().any():
-            c = stats.compare(
-                va,
-                vb,
-                tolerance=tolerance,
-                higher_is_better=parse(name).definition.higher_is_better,
-                n_resamples=n_resamples,
-                seed=seed,
-                confidence=confidence,
-            )
+            columns[name] = (va, vb, parse(name).definition.higher_is_better)
+    # one draw of resamples for every metric (each result equals stats.compare of its pair)
+    compared = (
+        stats.compare_many(
+            columns, tolerance=tolerance, n_resamples=n_resamples, seed=seed, confidence=confidence
+        )
+        if columns
+        else {}
+    )
+    rows = {}
+    for name in a.summary:
+        row: dict[str, Any] = {"A": a.summary[name], "B": b.summary[name]}
+        if name in compared:
+            c = compared[name]
             row |= {
                 "A": c.mean_a,  # means over the users both runs define: what Δ compares
                 "B": c.mean_b,
