@@ -467,6 +467,21 @@ class BaseRecommender:
         return block
 
 
+def _positive_int(name: str, value: Any) -> int:
+    """A model parameter checked as an int >= 1 (numpy ints accepted, bools not)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"'{name}' must be a positive int (got {value!r})")
+    return int(value)
+
+
+def _positive_float(name: str, value: Any, *, zero: bool = False) -> float:
+    """A model parameter checked as a number > 0 (>= 0 with ``zero``), as a float."""
+    ok = isinstance(value, int | float | np.number) and not isinstance(value, bool)
+    if not ok or not (value >= 0.0 if zero else value > 0.0):
+        raise ValueError(f"'{name}' must be {'>= 0' if zero else '> 0'} (got {value!r})")
+    return float(value)
+
+
 def _id_array(uniques: pd.Index | np.ndarray) -> np.ndarray:
     """Ids as ``int64`` when integer, else an ``object`` array (never pandas' ``str`` dtype)."""
     values = np.asarray(uniques)

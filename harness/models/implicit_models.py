@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from harness.models.base import BaseRecommender
+from harness.models.base import BaseRecommender, _positive_float, _positive_int
 from harness.models.mf import factor_scores
 
 __all__ = [
@@ -42,19 +42,6 @@ def _implicit() -> Any:
             "pip install 'recsys-harness[implicit]'"
         ) from None
     return implicit
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"'{name}' must be a positive int (got {value!r})")
-    return int(value)
-
-
-def _positive_float(name: str, value: Any, *, zero: bool = False) -> float:
-    ok = isinstance(value, int | float | np.number) and not isinstance(value, bool)
-    if not ok or not (value >= 0.0 if zero else value > 0.0):
-        raise ValueError(f"'{name}' must be {'>= 0' if zero else '> 0'} (got {value!r})")
-    return float(value)
 
 
 class _Implicit(BaseRecommender):

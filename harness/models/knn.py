@@ -6,7 +6,13 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from harness.models.base import _BLOCK_ELEMENTS, BaseRecommender, topk_rows
+from harness.models.base import (
+    _BLOCK_ELEMENTS,
+    BaseRecommender,
+    _positive_float,
+    _positive_int,
+    topk_rows,
+)
 
 __all__ = ["SIMILARITIES", "ItemKNN"]
 
@@ -33,16 +39,12 @@ class ItemKNN(BaseRecommender):
         progress: bool = False,
     ) -> None:
         super().__init__(exclude_seen=exclude_seen, batch_size=batch_size, progress=progress)
-        if isinstance(k_neighbors, bool) or not isinstance(k_neighbors, int) or k_neighbors < 1:
-            raise ValueError(f"'k_neighbors' must be a positive int (got {k_neighbors!r})")
-        if not shrink >= 0.0:
-            raise ValueError(f"'shrink' must be >= 0 (got {shrink!r})")
+        self.k_neighbors = _positive_int("k_neighbors", k_neighbors)
+        self.shrink = _positive_float("shrink", shrink, zero=True)
         if similarity not in SIMILARITIES:
             raise ValueError(
                 f"'similarity' must be one of {list(SIMILARITIES)} (got {similarity!r})"
             )
-        self.k_neighbors = k_neighbors
-        self.shrink = float(shrink)
         self.similarity = similarity
 
     def _fit(self, matrix: sp.csr_matrix) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from harness.models.base import BaseRecommender
+from harness.models.base import BaseRecommender, _positive_float, _positive_int
 
 __all__ = ["ALS"]
 
@@ -60,17 +60,10 @@ class ALS(BaseRecommender):
         progress: bool = False,
     ) -> None:
         super().__init__(exclude_seen=exclude_seen, batch_size=batch_size, progress=progress)
-        for name, value in (("factors", factors), ("iterations", iterations)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"'{name}' must be a positive int (got {value!r})")
-        if not regularization > 0.0:
-            raise ValueError(f"'regularization' must be > 0 (got {regularization!r})")
-        if not alpha >= 0.0:
-            raise ValueError(f"'alpha' must be >= 0 (got {alpha!r})")
-        self.factors = factors
-        self.regularization = float(regularization)
-        self.alpha = float(alpha)
-        self.iterations = iterations
+        self.factors = _positive_int("factors", factors)
+        self.regularization = _positive_float("regularization", regularization)
+        self.alpha = _positive_float("alpha", alpha, zero=True)
+        self.iterations = _positive_int("iterations", iterations)
         self.seed = seed
 
     def _fit(self, matrix: sp.csr_matrix) -> None:
