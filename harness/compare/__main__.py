@@ -36,6 +36,7 @@ from harness.compare import (
     read_labels,
     segment_data,
 )
+from harness.data import _first_line
 from harness.gate import (
     EXIT_CODES,
     EXIT_NO_DECISION,
@@ -75,11 +76,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--enforce", action="store_true", help="exit code reflects the gate decision")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. compare.n_resamples=2000")
     return p
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _resolve(client: Any, ref: str, uri: str) -> Any:
