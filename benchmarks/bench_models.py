@@ -35,7 +35,7 @@ from _measure import print_table, reset_peak, status
 import metrics
 from harness import synthetic
 from harness.datasets import load_dataset
-from harness.experiment import MetricSuite, qrels_from_test
+from harness.experiment import MetricSuite, _recommendations, qrels_from_test
 from harness.models import (
     ALS,
     ImplicitALS,
@@ -79,15 +79,8 @@ def measure(
     t1 = time.perf_counter()
     ids, scores = model.recommend(users, suite.k)
     rank_s = time.perf_counter() - t1
-    k = suite.k
-    keep = np.isfinite(scores).ravel()
-    run = pd.DataFrame(
-        {
-            "user": np.repeat(users, k)[keep],
-            "item": ids.ravel()[keep],
-            "score": -np.tile(np.arange(1, k + 1), len(users))[keep].astype(float),
-        }
-    )
+    recs = _recommendations(users, ids, scores)  # as the harness scores a list: by rank
+    run = pd.DataFrame({"user": recs["user"], "item": recs["item"], "score": -recs["rank"]})
     ev = metrics.evaluate(qrels, run, ["ndcg@10"], **suite.evaluate_options())
     return name, fit_s, peak, rank_s, float(ev.summary["ndcg@10"])
 
