@@ -105,9 +105,15 @@ def popularity(count: np.ndarray, valid: np.ndarray) -> np.ndarray:
     >>> popularity(np.array([[10.0, 2.0]]), np.array([[True, False]])).tolist()
     [10.0]
     """
+    return _list_mean(count, valid)
+
+
+def _list_mean(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per-user mean of ``values[u, j]`` over the valid entries; NaN for an empty list (and where
+    a valid entry is NaN)."""
     n = valid.sum(axis=1)
     out = np.full(len(n), np.nan)
-    np.divide(np.where(valid, count, 0.0).sum(axis=1), n, out=out, where=n > 0)
+    np.divide(np.where(valid, values, 0.0).sum(axis=1), n, out=out, where=n > 0)
     return out
 
 
@@ -238,11 +244,7 @@ def unexpectedness(unexpected: np.ndarray, valid: np.ndarray) -> np.ndarray:
     >>> unexpectedness(np.array([[1.0, 0.0, 1.0, 9.0]]), np.array([[1, 1, 1, 0]], bool)).tolist()
     [0.6666666666666666]
     """
-    n = valid.sum(axis=1)
-    total = np.where(valid, unexpected, 0.0).sum(axis=1)
-    out = np.full(len(n), np.nan)
-    np.divide(total, n, out=out, where=n > 0)
-    return out
+    return _list_mean(unexpected, valid)
 
 
 def serendipity(unexpected: np.ndarray, hits: np.ndarray, valid: np.ndarray) -> np.ndarray:
