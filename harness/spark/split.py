@@ -120,7 +120,7 @@ def global_time_spark(
     cut_s = _resolve_cut(df, cut, "cut")
     stats: dict[str, Any] = {"method": "global_time", "cut": cut_s, "cut_iso": _iso(cut_s)}
     valid = None
-    train = df.filter(ts < sf.lit(cut_s))
+    train_end = cut_s
     if valid_cut is not None:
         valid_s = _resolve_cut(df, valid_cut, "valid_cut")
         both = _is_quantile(cut) and _is_quantile(valid_cut)
@@ -132,10 +132,11 @@ def global_time_spark(
                 f">= cut={_iso(cut_s)})"
             )
         valid = df.filter((ts >= sf.lit(valid_s)) & (ts < sf.lit(cut_s)))
-        train = df.filter(ts < sf.lit(valid_s))
+        train_end = valid_s
         stats.update(valid_cut=valid_s, valid_cut_iso=_iso(valid_s))
     else:
         stats.update(valid_cut=None, valid_cut_iso=None)
+    train = df.filter(ts < sf.lit(train_end))
     test = df.filter(ts >= sf.lit(cut_s))
     params = {"cut": cut, "valid_cut": valid_cut}
     return SparkSplit(train, test, valid, stats, "global_time", params)
