@@ -92,11 +92,7 @@ def novelty(share: np.ndarray, valid: np.ndarray) -> np.ndarray:
     >>> novelty(np.array([[0.5, 0.25]]), np.array([[True, True]])).tolist()
     [1.5]
     """
-    info = np.where(valid, -np.log2(np.where(valid, share, 1.0)), 0.0)
-    n = valid.sum(axis=1)
-    out = np.full(len(n), np.nan)
-    np.divide(info.sum(axis=1), n, out=out, where=n > 0)
-    return out
+    return _list_mean(-np.log2(np.where(valid, share, 1.0)), valid)
 
 
 def popularity(count: np.ndarray, valid: np.ndarray) -> np.ndarray:
