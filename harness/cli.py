@@ -371,12 +371,14 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     method = split_params.pop("method")
     checkpoint("split")
     with stages.stage("split", f"splitting {len(dataset.frame):,} events ({method})"):
-        split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
+        split = load_or_make_split(
+            dataset.frame, method, split_params, runs_dir / "splits", digest=dataset.sha256
+        )
     check_usable(split, dataset.frame)  # empty train/test: data error, exit 2, before any fit
     dropped = dropped_warning(split.stats, warn_share)
     if dropped:
         print(f"WARNING: {dropped}", file=sys.stderr)
-    key = split_cache_key(dataset.frame, method, split_params)
+    key = split_cache_key(dataset.frame, method, split_params, digest=dataset.sha256)
     folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
     _active["folder"] = folder
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import pandas as pd
@@ -10,6 +11,7 @@ import pandas as pd
 from harness import synthetic
 from harness.data import load_interactions, load_item_table, validate_interactions
 from harness.errors import DataError
+from harness.split import data_hash
 
 __all__ = ["Dataset", "load_dataset"]
 
@@ -28,6 +30,12 @@ class Dataset:
     item_features: pd.DataFrame | None = None
     item_embeddings: pd.DataFrame | None = None
     item_groups: str | None = None
+
+    @cached_property
+    def sha256(self) -> str:
+        """The frame's :func:`~harness.split.data_hash`, computed once: the split key and the
+        logged ``dataset.sha256`` both use it."""
+        return data_hash(self.frame)
 
     def side_inputs(self) -> dict[str, Any]:
         """The side inputs that are set, as keyword arguments of ``metrics.evaluate``."""

@@ -204,7 +204,7 @@ def plan(
         **{f"harness.{k}": v for k, v in code_repo.items() if not k.startswith("mlflow.")},
         "dataset.name": result.dataset.name,
         "dataset.source": result.dataset.source,
-        "dataset.sha256": data_hash(result.dataset.frame),
+        "dataset.sha256": result.dataset.sha256,
         "split.method": result.split.name,
         "split.sha256": split_key,
         "results.folder": str(result.folder.resolve()),

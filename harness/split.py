@@ -305,15 +305,18 @@ def data_hash(df: pd.DataFrame) -> str:
     return h.hexdigest()
 
 
-def split_cache_key(df: pd.DataFrame, method: str, params: Mapping[str, Any]) -> str:
+def split_cache_key(
+    df: pd.DataFrame, method: str, params: Mapping[str, Any], *, digest: str | None = None
+) -> str:
     """Hex sha256 naming a split: the data hash, the method and its params with defaults filled.
 
     Passing a default explicitly or omitting it gives the same key; any changed value changes it.
+    ``digest`` is ``data_hash(df)`` when the caller already has it (hashing a large frame is slow).
     """
     effective = _effective_params(method, dict(params))
     payload = {
         "version": _CACHE_VERSION,
-        "data": data_hash(df),
+        "data": digest or data_hash(df),
         "method": method,
         "params": effective,
     }
@@ -326,13 +329,17 @@ def load_or_make_split(
     method: str,
     params: Mapping[str, Any],
     cache_dir: str | os.PathLike[str],
+    *,
+    digest: str | None = None,
 ) -> Split:
     """Return the split cached under ``cache_dir/<key>/`` or make it, save it and return it.
 
     Saved as train/test/valid Parquet plus ``split.json`` (name, params, stats); the JSON is
     written last and the folder renamed into place, so a partial write is never reused.
+    ``digest``: ``data_hash(df)`` if the caller has it.
     """
-    key = split_cache_key(df, method, params)
+    digest = digest or data_hash(df)
+    key = split_cache_key(df, method, params, digest=digest)
     root = Path(cache_dir)
     target = root / key
     if not (target / "split.json").is_file():
@@ -350,7 +357,7 @@ def load_or_make_split(
                 "params": split.params,
                 "stats": split.stats,
                 "key": key,
-                "data_hash": data_hash(df),
+                "data_hash": digest,
             }
             (tmp / "split.json").write_text(json.dumps(meta, indent=1, default=str))
             _publish(tmp, target)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.datasets import Dataset
 from harness.split import (
     Split,
     apply_filters,
@@ -382,6 +384,7 @@ def test_cache_reuses_identical_frames(tmp_path: Path) -> None:
     first = load_or_make_split(df, "leave_one_out", params, tmp_path)
     key = split_cache_key(df, "leave_one_out", params)
     assert (tmp_path / key / "split.json").is_file()
+    assert json.loads((tmp_path / key / "split.json").read_text())["data_hash"] == data_hash(df)
     second = load_or_make_split(df, "leave_one_out", params, tmp_path)
     fresh = make_split(df, "leave_one_out", **params)
     for a, b, c in zip(parts(first), parts(second), parts(fresh), strict=True):
@@ -418,6 +421,8 @@ def test_cache_key_tracks_data_method_and_params() -> None:
     key = split_cache_key(df, "random", {"seed": 1})
     assert len(key) == 64 and int(key, 16) >= 0
     assert key == split_cache_key(df.copy(), "random", {"seed": 1})
+    assert key == split_cache_key(df, "random", {"seed": 1}, digest=data_hash(df))  # precomputed
+    assert Dataset("d", df, "d").sha256 == data_hash(df)
     assert key == split_cache_key(df, "random", {"seed": 1, "test_ratio": 0.2})  # a default
     assert key != split_cache_key(df, "random", {"seed": 2})
     assert key != split_cache_key(df, "random", {"seed": 1, "kcore": 2})
