@@ -37,6 +37,7 @@ from harness.compare import (
     segment_data,
 )
 from harness.data import _first_line
+from harness.folders import safe_component
 from harness.gate import (
     EXIT_CODES,
     EXIT_NO_DECISION,
@@ -324,8 +325,7 @@ def comparison_table(pair: PairComparison, segment: str = "all") -> str:
 def _default_out(runs_dir: Path, pair: PairComparison) -> Path:
     """A new folder under ``runs/results/compare/`` named by time and the two models."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in pair.candidate)
-    base = "".join(c if c.isalnum() or c in "-_." else "_" for c in pair.baseline)
+    safe, base = safe_component(pair.candidate), safe_component(pair.baseline)
     folder = runs_dir / "results" / "compare" / f"{stamp}-{safe}-vs-{base}"
     n = 1
     while folder.exists():
