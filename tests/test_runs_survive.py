@@ -90,6 +90,21 @@ def _wait_paused(proc: subprocess.Popen[str], stage: str) -> list[str]:
     pytest.fail(f"never paused at {stage!r} (exit {proc.returncode}):\n{''.join(lines)}")
 
 
+def _interrupted(
+    cwd: Path, stage: str, sig: signal.Signals, exit_code: int, *overrides: str
+) -> tuple[str, str]:
+    """Run the quick experiment (local tracking) with ``overrides``, send ``sig`` once it pauses
+    at ``stage``, check it exits with ``exit_code``; return its stdout and its one error line."""
+    proc = _harness(
+        cwd, *QUICK, "tracking=local", *overrides, env=_env(HARNESS_TEST_PAUSE_AT=stage)
+    )
+    _wait_paused(proc, stage)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == exit_code, err
+    return out, _one_error_line(err)
+
+
 def _one_error_line(stderr: str) -> str:
     """The only ``error:`` line; no traceback anywhere."""
     assert "Traceback" not in stderr, stderr
@@ -311,19 +326,9 @@ def test_two_runs_at_once_on_an_empty_folder(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sigterm_while_models_run_marks_the_folder_incomplete(tmp_path: Path) -> None:
-    proc = _harness(
-        tmp_path,
-        *QUICK,
-        "tracking=local",
-        "name=../../escape",
-        "model=[popularity]",
-        env=_env(HARNESS_TEST_PAUSE_AT="models"),
+    _, line = _interrupted(
+        tmp_path, "models", signal.SIGTERM, 143, "name=../../escape", "model=[popularity]"
     )
-    _wait_paused(proc, "models")
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, err
-    line = _one_error_line(err)
     assert "interrupted by SIGTERM during models" in line and "INCOMPLETE" in line
     (folder,) = (tmp_path / "runs" / "results" / "escape").iterdir()  # inside runs_dir
     assert (folder / INCOMPLETE).read_text() == ("stage: models\nreason: interrupted by SIGTERM\n")
@@ -336,19 +341,9 @@ def test_sigterm_while_models_run_marks_the_folder_incomplete(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_sigint_while_logging_ends_runs_killed_and_harness_log_completes(tmp_path: Path) -> None:
-    proc = _harness(
-        tmp_path,
-        *QUICK,
-        "tracking=local",
-        "name=intr",
-        "model=[popularity,random]",
-        env=_env(HARNESS_TEST_PAUSE_AT="logging random"),
+    out, line = _interrupted(
+        tmp_path, "logging random", signal.SIGINT, 130, "name=intr", "model=[popularity,random]"
     )
-    _wait_paused(proc, "logging random")
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    line = _one_error_line(err)
     assert "interrupted by SIGINT during logging random" in line
     assert "2 MLflow run(s) ended as KILLED" in line
     folder = _folder_of(out, tmp_path)
