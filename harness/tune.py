@@ -51,6 +51,7 @@ import metrics
 from harness.datasets import Dataset
 from harness.experiment import Evaluator, MetricSuite, run_models
 from harness.models import SEARCH_SPACE_KEY, Recommender
+from harness.promote import _num
 from harness.split import Split
 
 __all__ = [
@@ -829,15 +830,6 @@ def final_config(cfg: DictConfig, outcomes: Mapping[str, TuneOutcome], method: s
     return final
 
 
-def _number(value: Any) -> float | None:
-    """A finite float, else None (JSON has no NaN)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def tuning_record(
     outcomes: Mapping[str, TuneOutcome], spec: TuneSpec, split_name: str
 ) -> dict[str, Any]:
@@ -858,7 +850,7 @@ def tuning_record(
                 {
                     "number": int(row["number"]),
                     "state": str(row["state"]),
-                    "value": _number(row.get("value")),
+                    "value": _num(row.get("value")),
                     "params": params,
                 }
             )
@@ -869,7 +861,7 @@ def tuning_record(
             "trials": trials,
             "trials_complete": summary["trials_complete"],
             "trials_failed": summary["trials_failed"],
-            "best_value": _number(outcome.best_value),
+            "best_value": _num(outcome.best_value),
             "best_params": dict(outcome.best_params),
             "error": outcome.error,
             "mlflow_run": outcome.parent_run,
