@@ -267,37 +267,6 @@ def format_verdicts(
     return "\n".join(lines)
 
 
-def report_context(
-    result: ExperimentResult,
-    pairs: list[PairComparison],
-    decisions: dict[str, GateDecision],
-    overall: str | None,
-    notes: list[str],
-    experiment: str,
-    config_yaml: str,
-) -> ReportContext:
-    """Everything the report shows, from one run's results and verdicts."""
-    events = len(result.dataset.frame)
-    return ReportContext(
-        title=f"Offline evaluation: {experiment}",
-        experiment=experiment,
-        created=time.strftime("%Y-%m-%d %H:%M:%S"),
-        dataset=f"{result.dataset.name} ({result.dataset.source}), {events:,} events",
-        split=result.split.name,
-        split_stats=result.split.stats,
-        candidates=result.candidates,
-        metric_options=result.options,
-        config_yaml=config_yaml,
-        summary=result.table(),
-        pairs=pairs,
-        decisions=decisions,
-        overall=overall,
-        segment_definitions=pairs[0].segments if pairs else {},
-        notes=notes + [f"{n}: {note}" for n, o in result.outcomes.items() for note in o.notes],
-        run_ids={},
-    )
-
-
 @contextmanager
 def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
     """The metric engine of ``engine/``: numpy in-process, or Spark (session stopped after)."""
