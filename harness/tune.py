@@ -50,7 +50,7 @@ from omegaconf import DictConfig, OmegaConf
 import metrics
 from harness.datasets import Dataset
 from harness.experiment import Evaluator, MetricSuite, run_models
-from harness.models import SEARCH_SPACE_KEY, Recommender
+from harness.models import SEARCH_SPACE_KEY, Recommender, without_search_space
 from harness.promote import _num
 from harness.split import Split
 
@@ -769,7 +769,7 @@ def tune(cfg: DictConfig) -> int:
             key,
             {
                 **payload,
-                "model": {k: v for k, v in nodes[n].items() if k != SEARCH_SPACE_KEY},
+                "model": dict(without_search_space(nodes[n])),
                 "space": {k: d.text() for k, d in spaces[n].items()},
             },
         )
