@@ -755,8 +755,10 @@ def tune(cfg: DictConfig) -> int:
     dataset = load_dataset(_plain_dict(cfg.dataset, "dataset"))
     split_params = _plain_dict(cfg.split, "split")
     method = split_params.pop("method")
-    split = load_or_make_split(dataset.frame, method, split_params, runs_dir / "splits")
-    key = split_cache_key(dataset.frame, method, split_params)
+    split = load_or_make_split(
+        dataset.frame, method, split_params, runs_dir / "splits", digest=dataset.sha256
+    )
+    key = split_cache_key(dataset.frame, method, split_params, digest=dataset.sha256)
     payload = {
         "objective": spec.objective,
         "sampler": spec.sampler,
