@@ -438,9 +438,8 @@ def user_groups_of(spec: CompareSpec, result: ExperimentResult) -> pd.Series:
     training events, against the others) or a CSV/Parquet file with columns ``user, group``."""
     if spec.user_groups == "activity":
         test_users = np.sort(result.split.test["user"].unique())
-        activity = result.split.train["user"].value_counts().reindex(test_users, fill_value=0)
-        label = np.where(activity.to_numpy() <= spec.cold_max_events, "cold", "warm")
-        return pd.Series(label, index=activity.index)
+        cold = segment_data(result.split.train, test_users, spec).users["cold"]
+        return pd.Series(np.where(np.isin(test_users, cold), "cold", "warm"), index=test_users)
     from pathlib import Path
 
     from harness.data import normalize_ids, read_text_table
