@@ -9,22 +9,6 @@ import pandas as pd
 import pytest
 
 import metrics
-from metrics.registry import get
-
-
-def every_metric() -> list[str]:
-    names = []
-    for name in metrics.list_metrics():
-        d = get(name)
-        if d.name != name:
-            continue
-        base = "exposure_tail" if name == "exposure" else name
-        # without a cutoff, their popularity top-n depends on the batch (see tests/test_spark.py)
-        if d.cutoff != "required" and name not in ("unexpectedness", "serendipity"):
-            names.append(base)
-        if d.cutoff != "none":
-            names.append(f"{base}@5")
-    return names
 
 
 def data(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -43,9 +27,9 @@ def data(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFr
 
 
 @pytest.mark.parametrize("options", [{}, {"average": "micro"}, {"preset": "trec_eval"}])
-def test_merged_states_equal_one_evaluation(options: dict) -> None:
+def test_merged_states_equal_one_evaluation(every_metric, options: dict) -> None:
     qrels, run, train, feats = data(3)
-    names = every_metric()
+    names = every_metric((5,))
     kw = {"train": train, "item_features": feats, "catalog": 60, **options}
     whole = metrics.evaluate(qrels, run, names, **kw)
     parts = []

@@ -26,7 +26,7 @@ from harness.gate import GateDecision, RuleResult
 from harness.history import format_history, history_frame
 from harness.promote import plan_promotions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = {"n_users": 500, "n_items": 250, "n_events": 12000, "seed": 0}
 
 pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")

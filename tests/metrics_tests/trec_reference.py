@@ -10,7 +10,7 @@ import pandas as pd
 
 REFERENCE = Path(
     os.environ.get(
-        "TREC_REFERENCE", Path(__file__).resolve().parents[2] / "shared/reference/trec_eval"
+        "TREC_REFERENCE", Path(__file__).resolve().parents[3] / "shared/reference/trec_eval"
     )
 )
 

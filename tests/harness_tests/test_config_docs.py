@@ -18,7 +18,7 @@ import yaml
 import harness.configs
 from harness.configdoc import config_files, read_config, render, undocumented
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = Path(harness.configs.__file__).parent
 REFERENCE = ROOT / "docs" / "config-reference.md"
 FILES = config_files(CONFIG_DIR)

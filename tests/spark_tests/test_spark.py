@@ -6,9 +6,6 @@ fail: a CI run must not pass by skipping the engine it is meant to check.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +16,9 @@ import pytest
 import metrics
 from harness import split as hsplit
 from harness.spark import (
-    JAVA17_HOME,
     evaluate_spark,
     global_time_spark,
     leave_one_out_spark,
-    spark_session,
     topk_spark,
 )
 from harness.spark.split import _kth_smallest, _quantile_index
@@ -37,51 +32,11 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
 ]
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "trec_eval"
+REF = Path(__file__).resolve().parents[3] / "shared" / "reference" / "trec_eval"
 TOL = 1e-9
 
 
-def _missing() -> str | None:
-    if importlib.util.find_spec("pyspark") is None:
-        return "pyspark is not installed (pip install -e '.[spark]')"
-    home = os.environ.get("JAVA_HOME") or (JAVA17_HOME if os.path.isdir(JAVA17_HOME) else "")
-    if not (home and os.path.exists(os.path.join(home, "bin", "java"))) and not shutil.which(
-        "java"
-    ):
-        return "no Java found (set JAVA_HOME to a JDK 17)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def spark() -> Any:
-    reason = _missing()
-    if reason:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"Spark tests cannot run under CI=true: {reason}")
-        pytest.skip(reason)
-    session = spark_session("local[2]", app_name="recsys-harness-tests")
-    yield session
-    session.stop()
-
-
 # ------------------------------------------------------------------------------- helpers
-
-
-def every_metric(ks: tuple[int, ...] = (5, 10)) -> list[str]:
-    """Every registered metric (aliases left out): whole list and at each cutoff."""
-    names = []
-    for name in metrics.list_metrics():
-        d = get(name)
-        if d.name != name:
-            continue
-        base = "exposure_tail" if name == "exposure" else name  # one name per item group
-        # without a cutoff they are refused under serendipity_method='popularity' (the default)
-        batch_width = name in ("unexpectedness", "serendipity")
-        if d.cutoff != "required" and not batch_width:
-            names.append(base)
-        if d.cutoff != "none":
-            names += [f"{base}@{k}" for k in ks]
-    return names
 
 
 def features(n_items: int = 60, text_ids: bool = False) -> pd.DataFrame:
@@ -154,7 +109,9 @@ OPTION_SETS = [
 
 
 @pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: ",".join(map(str, o.values())))
-def test_every_metric_matches_numpy(spark: Any, options: dict[str, Any]) -> None:
+def test_every_metric_matches_numpy(
+    spark: Any, every_metric: Any, options: dict[str, Any]
+) -> None:
     qrels, run, train = synthetic(1)
     names = every_metric()
     assert {n.split("@")[0] for n in names} >= set(metrics.list_metrics()) - {"exposure"} - {
@@ -167,7 +124,9 @@ def test_every_metric_matches_numpy(spark: Any, options: dict[str, Any]) -> None
     assert not np.isnan(ev.summary["global_auc"]) and not np.isnan(ev.summary["gini@5"])
 
 
-def test_text_ids_catalog_and_parquet_inputs(spark: Any, tmp_path: Path) -> None:
+def test_text_ids_catalog_and_parquet_inputs(
+    spark: Any, every_metric: Any, tmp_path: Path
+) -> None:
     qrels, run, train = synthetic(2, text_ids=True)
     names = every_metric((3,))
     for frame, name in ((qrels, "qrels"), (run, "run"), (train, "train")):
@@ -223,7 +182,9 @@ def test_sparse_buckets_with_one_side_only(spark: Any, user_set: str, text_ids: 
         same(a, evaluate_spark(qrels, run, names, spark=spark, buckets=buckets, user_set=user_set))
 
 
-def test_summary_aggregated_in_spark_and_per_user_parquet(spark: Any, tmp_path: Path) -> None:
+def test_summary_aggregated_in_spark_and_per_user_parquet(
+    spark: Any, every_metric: Any, tmp_path: Path
+) -> None:
     qrels, run, train = synthetic(4)
     names = every_metric((5,))
     a = metrics.evaluate(qrels, run, names, train=train, average="micro", item_features=features())
@@ -363,28 +324,15 @@ def test_topk_equals_a_pandas_sort(spark: Any, tie_break: str) -> None:
 
 
 @pytest.mark.slow
-def test_harness_engine_spark_equals_numpy_end_to_end(tmp_path: Path) -> None:
+def test_harness_engine_spark_equals_numpy_end_to_end(
+    spark: Any, harness_cli: Any, tmp_path: Path
+) -> None:
     """`python -m harness engine=spark` gives the numpy run's metrics, comparison and gate."""
-    import subprocess
-    import sys
-
-    reason = _missing()
-    if reason:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"Spark tests cannot run under CI=true: {reason}")
-        pytest.skip(reason)
     outputs = {}
     for engine in ("numpy", "spark"):
         cwd = tmp_path / engine
-        cwd.mkdir()
         extra = ["engine=spark", "engine.master='local[2]'"] if engine == "spark" else []
-        proc = subprocess.run(
-            [sys.executable, "-m", "harness", "experiment=quick", "progress=false", *extra],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        proc = harness_cli.run(cwd, *extra, quick=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent
         outputs[engine] = (proc.stdout, folder)

@@ -2,9 +2,9 @@
 
 ranx and pytrec_eval run live (bench extra); rectools, torchmetrics and Microsoft Recommenders
 need their own environments (numpy/pandas/torch pins), so their numbers were computed once by the
-scripts in ``tests/reference/`` (see its README) and are read from JSON here; RecBole's are its
+scripts in ``reference/`` (see its README) and are read from JSON here; RecBole's are its
 own published test values (``tests/metrics/test_topk_metrics.py`` and ``test_rank_metrics.py`` of
-RUCAIBox/RecBole). Data: ``tests/reference/preset_data.py`` (ties, graded relevance, users
+RUCAIBox/RecBole). Data: ``tests/metrics/reference/preset_data.py`` (ties, graded relevance, users
 without relevant items, truth users without a list, run users outside the truth, short lists).
 """
 
@@ -25,15 +25,6 @@ from metrics.options import CHOICES, PRESETS
 REF = Path(__file__).resolve().parent / "reference"
 sys.path.insert(0, str(REF))
 from preset_data import CUTOFFS, datasets  # noqa: E402
-
-try:  # the Spark session fixture (skips without pyspark or Java)
-    from test_spark import spark
-except ImportError:  # pragma: no cover - Spark engine not importable
-
-    @pytest.fixture
-    def spark() -> object:
-        pytest.skip("harness.spark is not importable")
-
 
 DATA = datasets()
 CONVENTIONS = set(CHOICES) - {"diversity_similarity", "serendipity_method"}

@@ -33,7 +33,7 @@ from harness.gate import (
 )
 
 SUITE = ("ndcg@10", "map@10", "precision@10", "recall@10", "coverage@10", "novelty@10")
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 BAD_WORDS = re.compile(r"\bnan\b|\binf\b|nan%|inf%", re.IGNORECASE)
 
 

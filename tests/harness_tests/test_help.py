@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_module
 
 import harness.configs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = Path(harness.configs.__file__).parent
 SCRIPTS = {"recsys-harness": "harness.cli:entry", "recsys-metrics": "metrics.cli:main"}
 # The exit codes README's "Running an experiment" promises (read independently below).

@@ -275,7 +275,7 @@ def test_compare_cli_accepts_a_registered_model_version_evaluated_earlier(tmp_pa
     import sys
     from pathlib import Path
 
-    example = Path(__file__).resolve().parents[1] / "examples" / "register_model.py"
+    example = Path(__file__).resolve().parents[2] / "examples" / "register_model.py"
     reg = subprocess.run(
         [
             sys.executable,

@@ -1,6 +1,6 @@
 """Test data for the preset cross-checks: deterministic, standard library only.
 
-Imported by ``tests/test_metrics_presets.py`` and by the ``make_*.py`` scripts beside it, which run
+Imported by ``test_metrics_presets.py`` and by the ``make_*.py`` scripts beside it, which run
 in separate environments (peer libraries with their own numpy/pandas/torch pins), so it uses
 ``random.Random`` rather than numpy.
 """

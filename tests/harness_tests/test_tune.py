@@ -42,7 +42,7 @@ from harness.tune import (
     validation_view,
 )
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 MODEL_DIR = Path(harness.configs.__file__).parent / "model"
 
 

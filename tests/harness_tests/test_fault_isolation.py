@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def run_harness(cwd: Path, *overrides: str) -> subprocess.CompletedProcess[str]:

@@ -34,7 +34,7 @@ from harness.models import (
 )
 from harness.synthetic import generate
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "register_model.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "register_model.py"
 
 
 @pytest.fixture(scope="module")
