@@ -72,7 +72,7 @@ class Options:
 #: ranking convention (a library that has no such metric keeps the project's default, marked
 #: "n/a"); beyond-accuracy options only where the library differs from the default.
 #: Evidence: the file (version or commit) and line of the library's source each value follows;
-#: tests/test_metrics_presets.py checks each preset against numbers that library computed.
+#: tests/metrics_tests/test_metrics_presets.py checks each preset against that library's numbers.
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {
         "ap_denominator": "min_k_relevant",

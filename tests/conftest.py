@@ -1,5 +1,7 @@
-"""Fixtures shared by the test packages (``tests/metrics``, ``tests/harness``, ``tests/spark``):
-the CLI run as a user runs it, a real ``mlflow server``, a Spark session, every registered metric.
+"""Fixtures shared by the test folders (``metrics_tests``, ``harness_tests``, ``spark_tests``: one
+per package): the CLI run as a user runs it, a real ``mlflow server``, a Spark session, every
+registered metric. The folders are not named after the packages, which they would shadow on the
+``PYTHONPATH`` of the CLI subprocesses.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from typing import Any
 
 import pytest
 
-# tests/metrics/reference/make_*.py import rectools, torchmetrics and recommenders, which live in
-# scratch environments (see tests/metrics/reference/README.md), not in the test environment.
-collect_ignore_glob = ["metrics/reference/make_*.py"]
+# metrics_tests/reference/make_*.py import rectools, torchmetrics and recommenders, which live in
+# scratch environments (see the README there), not in the test environment.
+collect_ignore_glob = ["metrics_tests/reference/make_*.py"]
 
 #: this folder: on PYTHONPATH for the CLI subprocesses, so ``plugins.models.*`` targets import
 TESTS = Path(__file__).resolve().parent
@@ -117,13 +119,12 @@ class MlflowServer:
 
     def start(self) -> None:
         log = (self.where / "server.log").open("a")
+        command = [sys.executable, "-m", "mlflow", "server", "--workers", "1"]
+        command += ["--backend-store-uri", f"sqlite:///{self.where}/srv.db"]
+        command += ["--artifacts-destination", str(self.where / "art")]
+        command += ["--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "mlflow", "server",
-                "--backend-store-uri", f"sqlite:///{self.where}/srv.db",
-                "--artifacts-destination", str(self.where / "art"),
-                "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-            ],  # fmt: skip
+            command,
             cwd=self.where,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -4,7 +4,7 @@ ranx and pytrec_eval run live (bench extra); rectools, torchmetrics and Microsof
 need their own environments (numpy/pandas/torch pins), so their numbers were computed once by the
 scripts in ``reference/`` (see its README) and are read from JSON here; RecBole's are its
 own published test values (``tests/metrics/test_topk_metrics.py`` and ``test_rank_metrics.py`` of
-RUCAIBox/RecBole). Data: ``tests/metrics/reference/preset_data.py`` (ties, graded relevance, users
+RUCAIBox/RecBole). Data: ``reference/preset_data.py`` (ties, graded relevance, users
 without relevant items, truth users without a list, run users outside the truth, short lists).
 """
 
@@ -174,7 +174,7 @@ def test_trec_eval(data: str) -> None:
         np.testing.assert_allclose(per, expected, atol=1e-12, err_msg=mine)
 
 
-# RecBole's published values: tests/metrics/test_topk_metrics.py builds pos_idx (hit or not at
+# RecBole's published values: tests/metrics_tests/test_topk_metrics.py builds pos_idx (hit or not at
 # ranks 1-3 of four users) and pos_len (|R(u)|); each user here gets that list, scores 3, 2, 1,
 # and its |R(u)| - hits relevant items outside the list.
 _POS_IDX = [[0, 0, 0], [1, 1, 1], [1, 0, 1], [0, 0, 1]]

@@ -3,9 +3,9 @@
 Run in its own environment (it pins its own numpy/pandas), from the repository root:
 
     python -m venv /tmp/msr && /tmp/msr/bin/pip install recommenders==1.2.1
-    /tmp/msr/bin/python tests/metrics/reference/make_ms_recommenders.py
+    /tmp/msr/bin/python tests/metrics_tests/reference/make_ms_recommenders.py
 
-Writes ``tests/metrics/reference/ms_recommenders.json``: ``{dataset: {name: mean}}``. Every
+Writes ``tests/metrics_tests/reference/ms_recommenders.json``: ``{dataset: {name: mean}}``. Every
 ``rating_true`` row counts as relevant there, so only rows with relevance >= 1 are passed.
 """
 

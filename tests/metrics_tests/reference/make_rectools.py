@@ -4,7 +4,7 @@ rectools 0.19 pins numpy 1.26 and pandas < 3, so it runs in its own environment,
 repository root:
 
     python -m venv /tmp/rt && /tmp/rt/bin/pip install rectools==0.19.0
-    /tmp/rt/bin/python tests/metrics/reference/make_rectools.py
+    /tmp/rt/bin/python tests/metrics_tests/reference/make_rectools.py
 
 Writes ``rectools.json`` beside it: ``{dataset: {name: {"mean": m, "per_user": {u: v}}}}``.
 rectools reads interactions (every row relevant: rows with relevance >= 1 are passed) and ranks

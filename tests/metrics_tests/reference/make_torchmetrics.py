@@ -5,7 +5,7 @@ in its own environment with the CPU wheel, from the repository root:
 
     python -m venv /tmp/tm && /tmp/tm/bin/pip install torch==2.13.0
     /tmp/tm/bin/pip install torchmetrics==1.9.0 pandas
-    /tmp/tm/bin/python tests/metrics/reference/make_torchmetrics.py
+    /tmp/tm/bin/python tests/metrics_tests/reference/make_torchmetrics.py
 
 Writes ``torchmetrics.json`` beside it: ``{dataset: {name: {"mean": m, "per_user": ...}}}``
 from the module metrics (``indexes`` = user) and the functional ones per user. On tied scores only
