@@ -21,6 +21,7 @@ import pyarrow as pa
 from harness.data import ITEM, USER, normalize_ids, read_text_table
 from harness.errors import DataError
 from harness.split import Split
+from metrics.checks import require_choice, require_int
 
 __all__ = ["KINDS", "CandidateSpec", "build_candidates", "sample_negatives"]
 
@@ -42,20 +43,10 @@ class CandidateSpec:
     path: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(
-                f"'candidates.kind' must be one of {', '.join(KINDS)} (got {self.kind!r})"
-            )
-        if self.sampling not in ("uniform", "popularity"):
-            raise ValueError(
-                f"'candidates.sampling' must be 'uniform' or 'popularity' (got {self.sampling!r})"
-            )
-        if self.kind == "sampled" and (
-            not isinstance(self.n_negatives, int) or self.n_negatives < 1
-        ):
-            raise ValueError(
-                f"'candidates.n_negatives' must be a positive int (got {self.n_negatives!r})"
-            )
+        require_choice("candidates.kind", self.kind, KINDS)
+        require_choice("candidates.sampling", self.sampling, ("uniform", "popularity"))
+        if self.kind == "sampled":
+            require_int("candidates.n_negatives", self.n_negatives)
 
 
 def _keys(users: np.ndarray, items: np.ndarray, item_index: pd.Index) -> np.ndarray:

@@ -25,6 +25,7 @@ from harness import progress as stage_log
 from harness.datasets import Dataset
 from harness.models import PAD_ITEM_INT, PAD_ITEM_OBJECT, Recommender, padding_mask
 from harness.split import Split
+from metrics.checks import require_choice, require_int
 
 #: A metric engine: ``metrics.evaluate`` or one with the same signature and results.
 Evaluator = Callable[..., metrics.Evaluation]
@@ -43,12 +44,8 @@ class MetricSuite:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k <= 0:
-            raise ValueError(f"'metrics.k' must be a positive int (got {self.k!r})")
-        if self.relevance not in ("binary", "rating"):
-            raise ValueError(
-                f"'metrics.relevance' must be 'binary' or 'rating' (got {self.relevance!r})"
-            )
+        require_int("metrics.k", self.k)
+        require_choice("metrics.relevance", self.relevance, ("binary", "rating"))
         for name in self.names:  # fail before any model runs
             spec = metrics.parse(name)
             if spec.k is not None and spec.k > self.k:

@@ -48,6 +48,7 @@ import pandas as pd
 
 from harness.data import ITEM, TIMESTAMP, USER
 from harness.errors import DataError
+from metrics.checks import require_choice, require_columns, require_int, require_range
 
 __all__ = [
     "FILTER_PARAMS",
@@ -128,7 +129,7 @@ def leave_one_out(df: pd.DataFrame, *, valid: bool = False, min_history: int = 2
     fewer than ``min_history`` events stay train-only; validation needs ``min_history + 1``.
     """
     _check_frame(df)
-    _check_int(min_history, "min_history", 1)
+    require_int("min_history", min_history, 1)
     order, starts, counts = _user_groups(df)
     n = len(df)
     group = np.repeat(np.arange(starts.size), counts)
@@ -226,11 +227,10 @@ def apply_filters(
     Filters look at training data only: users, then items, with fewer events are removed (one
     pass each); ``kcore`` then repeats until every user and item has at least ``kcore`` events.
     """
-    _check_int(min_user_interactions, "min_user_interactions", 0)
-    _check_int(min_item_interactions, "min_item_interactions", 0)
-    _check_int(kcore, "kcore", 0)
-    if unseen not in UNSEEN_POLICIES:
-        raise ValueError(f"'unseen' must be one of {list(UNSEEN_POLICIES)} (got {unseen!r})")
+    require_int("min_user_interactions", min_user_interactions, 0)
+    require_int("min_item_interactions", min_item_interactions, 0)
+    require_int("kcore", kcore, 0)
+    require_choice("unseen", unseen, UNSEEN_POLICIES)
 
     train = split.train
     ucode, n_u = _codes(train[USER])
@@ -430,28 +430,21 @@ def _effective_params(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return effective
 
 
+#: how to make a frame the splits accept
+HINT = "use harness.data.validate_interactions"
+
+
 def _check_frame(df: pd.DataFrame) -> None:
-    missing = [c for c in (USER, ITEM, TIMESTAMP) if c not in df.columns]
-    if missing:
-        raise ValueError(
-            f"interactions frame is missing column {missing[0]!r} "
-            f"(got {[str(c) for c in df.columns]}); use harness.data.validate_interactions"
-        )
+    require_columns(df.columns, (USER, ITEM, TIMESTAMP), "interactions frame", HINT)
     if not pd.api.types.is_integer_dtype(df[TIMESTAMP].dtype):
         raise ValueError(
             f"column 'timestamp' must hold int64 epoch seconds (got dtype "
-            f"{df[TIMESTAMP].dtype}); use harness.data.validate_interactions"
+            f"{df[TIMESTAMP].dtype}); {HINT}"
         )
 
 
-def _check_int(value: Any, name: str, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ValueError(f"'{name}' must be an int >= {low} (got {value!r})")
-
-
 def _check_ratios(test_ratio: float, valid_ratio: float) -> None:
-    if not 0.0 < test_ratio < 1.0:
-        raise ValueError(f"'test_ratio' must be in (0, 1) (got {test_ratio!r})")
+    require_range("test_ratio", test_ratio, 0, 1, closed="neither")
     if not 0.0 <= valid_ratio < 1.0 or test_ratio + valid_ratio >= 1.0:
         raise ValueError(
             f"'valid_ratio' must be in [0, 1) with test_ratio + valid_ratio < 1 "

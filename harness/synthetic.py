@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from harness.data import ITEM, RATING, TIMESTAMP, USER, validate_interactions
+from metrics.checks import require_int, require_range
 
 __all__ = ["generate", "generate_with_items"]
 
@@ -134,15 +135,12 @@ def generate_with_items(
 def _check_args(
     n_users: int, n_items: int, n_events: int, n_clusters: int, taste: float, days: int
 ) -> None:
-    for name, value in (("n_users", n_users), ("n_items", n_items), ("n_events", n_events)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"'{name}' must be a positive int (got {value!r})")
-    if int(n_clusters) != n_clusters or n_clusters < 1:
-        raise ValueError(f"'n_clusters' must be a positive int (got {n_clusters!r})")
-    if not 0.0 <= taste <= 1.0:
-        raise ValueError(f"'taste' must be in [0, 1] (got {taste!r})")
-    if days < 1:
-        raise ValueError(f"'days' must be >= 1 (got {days!r})")
+    for name, value in (
+        ("n_users", n_users), ("n_items", n_items), ("n_events", n_events),
+        ("n_clusters", n_clusters), ("days", days),
+    ):  # fmt: skip
+        require_int(name, value)
+    require_range("taste", taste, 0, 1)
     cap = max(1, n_items // 2)
     if n_events > n_users * cap:
         raise ValueError(

@@ -53,6 +53,7 @@ from harness.experiment import Evaluator, MetricSuite, run_models
 from harness.models import SEARCH_SPACE_KEY, Recommender, without_search_space
 from harness.promote import _num
 from harness.split import Split
+from metrics.checks import require_choice, require_int
 
 __all__ = [
     "VALIDATION_OFF",
@@ -199,18 +200,12 @@ class TuneSpec:
         metrics.parse(self.objective)  # an unknown metric name: one-line ValueError
         if self.trials is None and self.timeout is None:
             raise ValueError("tune.trials and tune.timeout are both null: set a budget")
-        if self.trials is not None and (
-            isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1
-        ):
-            raise ValueError(f"'tune.trials' must be a positive int or null (got {self.trials!r})")
+        require_int("tune.trials", self.trials, none_ok=True)
         if self.timeout is not None and not (
             isinstance(self.timeout, int | float) and self.timeout > 0
         ):
             raise ValueError(f"'tune.timeout' must be seconds > 0 or null (got {self.timeout!r})")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(
-                f"'tune.sampler' must be one of {list(SAMPLERS)} (got {self.sampler!r})"
-            )
+        require_choice("tune.sampler", self.sampler, SAMPLERS)
 
     @property
     def maximize(self) -> bool:

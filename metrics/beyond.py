@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from metrics.checks import require_columns, require_int
+
 __all__ = [
     "GroupGap",
     "coverage",
@@ -44,8 +46,7 @@ def coverage(recommended: np.ndarray, catalog_size: int) -> float:
     >>> coverage(np.array([[1, 2], [2, 3]]), 10)
     0.3
     """
-    if catalog_size <= 0:
-        raise ValueError(f"'catalog_size' must be a positive int (got {catalog_size})")
+    require_int("catalog_size", catalog_size)
     return len(np.unique(recommended)) / catalog_size
 
 
@@ -333,9 +334,7 @@ def group_gap(
             f"per_user has no column {metric!r}; it has {list(map(str, per_user.columns))}"
         )
     if isinstance(user_groups, pd.DataFrame):
-        for column in ("user", "group"):
-            if column not in user_groups.columns:
-                raise ValueError(f"user_groups is missing column {column!r}")
+        require_columns(user_groups.columns, ("user", "group"), "user_groups")
         user_groups = user_groups.set_index("user")["group"]
     if user_groups.index.has_duplicates:
         user = user_groups.index[user_groups.index.duplicated()][0]

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from metrics.checks import require_choice
 from metrics.evaluate import Evaluation, evaluate
 from metrics.io import FORMATS, read_qrels, read_run
 from metrics.options import CHOICES, PRESETS
@@ -187,12 +188,8 @@ def compare_runs(
     """
     from metrics import stats
 
-    if test not in TESTS:
-        raise ValueError(f"'test' must be one of {', '.join(TESTS)} (got {test!r})")
-    if correction not in CORRECTIONS:
-        raise ValueError(
-            f"'correction' must be one of {', '.join(CORRECTIONS)} (got {correction!r})"
-        )
+    require_choice("test", test, TESTS)
+    require_choice("correction", correction, CORRECTIONS)
     users = a.per_user.index.union(b.per_user.index)
     columns = {}
     for name in a.summary:

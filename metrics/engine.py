@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from metrics.checks import require_columns, require_frame
 from metrics.judged import Judged, gain_of
 from metrics.options import Options
 from metrics.topk import PAD_KEY, top_k
@@ -31,14 +32,8 @@ RUN_COLUMNS = ("user", "item", "score")
 
 
 def _check_columns(df: pd.DataFrame, needed: tuple[str, ...], what: str) -> None:
-    if not isinstance(df, pd.DataFrame):
-        raise ValueError(f"{what} must be a pandas DataFrame (got {type(df).__name__})")
-    missing = [c for c in needed if c not in df.columns]
-    if missing:
-        raise ValueError(
-            f"{what} is missing column {missing[0]!r}; it needs {list(needed)}, "
-            f"found {list(map(str, df.columns))}"
-        )
+    require_frame(df, what)
+    require_columns(df.columns, needed, what)
     if len(df) == 0:
         raise ValueError(f"{what} is empty: it needs at least one row")
     for c in ("user", "item"):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from metrics.checks import require_choice
+
 __all__ = ["read_qrels", "read_run", "read_trec_qrels", "read_trec_run"]
 
 FORMATS = ("trec", "csv", "parquet")
@@ -75,9 +77,7 @@ def read_trec_run(path: str | Path) -> pd.DataFrame:
 
 def _format(path: str | Path, fmt: str | None) -> str:
     if fmt is not None:
-        if fmt not in FORMATS:
-            raise ValueError(f"format must be one of {', '.join(FORMATS)} (got {fmt!r})")
-        return fmt
+        return require_choice("format", fmt, FORMATS)
     suffix = Path(path).suffix.lower()
     return {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".tsv": "csv"}.get(
         suffix, "trec"

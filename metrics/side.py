@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from metrics.checks import require_columns, require_frame
+
 __all__ = [
     "ItemSpace",
     "category_matrix",
@@ -49,10 +51,8 @@ def _ids_kind_matches(ids: pd.Series, items_int: bool, what: str) -> None:
 
 def check_side_frame(frame: Any, what: str, items_int: bool, min_columns: int = 2) -> pd.DataFrame:
     """Validate an item side table: a DataFrame with an ``item`` column of unique, present ids."""
-    if not isinstance(frame, pd.DataFrame):
-        raise ValueError(f"{what} must be a pandas DataFrame (got {type(frame).__name__})")
-    if "item" not in frame.columns:
-        raise ValueError(f"{what} is missing column 'item'; found {list(map(str, frame.columns))}")
+    require_frame(frame, what)
+    require_columns(frame.columns, ("item",), what)
     if len(frame.columns) < min_columns:
         raise ValueError(f"{what} needs at least one column besides 'item'")
     if len(frame) == 0:
@@ -317,10 +317,7 @@ class BeyondInputs:
             frame = self.features[["item", item_groups]].rename(columns={item_groups: "group"})
         else:
             frame = check_side_frame(item_groups, "item_groups", items_int)
-            if "group" not in frame.columns:
-                raise ValueError(
-                    f"item_groups is missing column 'group'; found {list(map(str, frame.columns))}"
-                )
+            require_columns(frame.columns, ("item", "group"), "item_groups")
         missing = frame["group"].isna().to_numpy()
         if missing.any():
             item = _plain(frame["item"].iloc[int(np.argmax(missing))])

@@ -27,6 +27,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats as _st
 
+from metrics.checks import require_choice, require_int, require_range
 from metrics.gsb import GSB, _aligned, gsb
 
 __all__ = [
@@ -211,26 +212,8 @@ def _paired(a: object, b: object) -> tuple[np.ndarray, np.ndarray, int]:
     return va[ok], vb[ok], va.size - n
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"'{name}' must be an int >= {minimum} (got {value!r})")
-    return int(value)
-
-
-def _check_open_unit(name: str, value: float) -> float:
-    if not 0 < value < 1:
-        raise ValueError(f"'{name}' must be in (0, 1) (got {value!r})")
-    return float(value)
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"'{name}' must be one of {', '.join(map(repr, choices))} (got {value!r})")
-    return value
-
-
 def _rng(seed: int, stream: int) -> np.random.Generator:
-    return np.random.default_rng([_check_int("seed", seed, 0), stream])
+    return np.random.default_rng([require_int("seed", seed, 0), stream])
 
 
 def _resample_counts(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
@@ -408,10 +391,10 @@ def paired_bootstrap(
     >>> round(r.diff, 12), tuple(round(x, 12) for x in r.diff_ci), round(r.lift, 12)
     (0.1, (0.1, 0.1), 0.2)
     """
-    n_resamples = _check_int("n_resamples", n_resamples, 1)
-    confidence = _check_open_unit("confidence", confidence)
-    _check_int("seed", seed, 0)
-    _check_choice("statistic", statistic, BOOTSTRAP_STATISTICS)
+    n_resamples = require_int("n_resamples", n_resamples, 1)
+    confidence = require_range("confidence", confidence, 0, 1, closed="neither")
+    require_int("seed", seed, 0)
+    require_choice("statistic", statistic, BOOTSTRAP_STATISTICS)
     va, vb, dropped = _paired(a, b)
     if statistic == "mean":
         value_a, value_b, diff = float(va.mean()), float(vb.mean()), float((vb - va).mean())
@@ -452,8 +435,8 @@ def randomization_test(
     >>> randomization_test([0, 0, 0, 0, 0], [1, 2, 3, 4, 5], exact=True).pvalue   # 2 of 32 flips
     0.0625
     """
-    _check_choice("alternative", alternative, ALTERNATIVES)
-    _check_int("seed", seed, 0)
+    require_choice("alternative", alternative, ALTERNATIVES)
+    require_int("seed", seed, 0)
     va, vb, dropped = _paired(a, b)
     d = vb - va
     if exact:
@@ -461,7 +444,7 @@ def randomization_test(
             raise ValueError(f"'exact' needs n <= {_MAX_EXACT} paired units (got n={d.size})")
         chunks, total = _all_flip_sums(d), 1 << d.size
     else:
-        total = _check_int("n_resamples", n_resamples, 1)
+        total = require_int("n_resamples", n_resamples, 1)
         chunks = _flip_sums(d, total, seed)
     observed = d.sum()
     gamma = _TIE_RTOL * np.abs(d).sum()
@@ -500,7 +483,7 @@ def sign_test(good: int, bad: int) -> float:
     >>> sign_test(9, 1)    # 2 · (1 + 10) / 2**10
     0.021484375
     """
-    good, bad = _check_int("good", good, 0), _check_int("bad", bad, 0)
+    good, bad = require_int("good", good, 0), require_int("bad", bad, 0)
     n, k = good + bad, min(good, bad)
     if 2 * k == n:  # includes n == 0
         return 1.0
@@ -562,7 +545,7 @@ def adjust(pvalues: ArrayLike | pd.Series, method: str = "holm") -> np.ndarray |
     >>> adjust([0.01, 0.04], "none").tolist()
     [0.01, 0.04]
     """
-    return _adjusted(pvalues, _check_choice("method", method, P_ADJUSTMENTS))
+    return _adjusted(pvalues, require_choice("method", method, P_ADJUSTMENTS))
 
 
 def effect_size(a: object, b: object) -> float:
@@ -588,8 +571,8 @@ def minimum_detectable_effect(
     >>> round(mde.absolute, 6), round(mde.relative, 6)
     (1.808415, 1.808415)
     """
-    alpha = _check_open_unit("alpha", alpha)
-    power = _check_open_unit("power", power)
+    alpha = require_range("alpha", alpha, 0, 1, closed="neither")
+    power = require_range("power", power, 0, 1, closed="neither")
     va, vb, _ = _paired(a, b)
     return _mde(vb - va, float(va.mean()), alpha, power)
 
@@ -610,9 +593,9 @@ def gsb_bootstrap(
     >>> gsb_bootstrap([0.5, 0.5, 0.5, 0.5], [0.9, 0.5, 0.1, 0.2], n_resamples=200).delta
     -0.25
     """
-    n_resamples = _check_int("n_resamples", n_resamples, 1)
-    confidence = _check_open_unit("confidence", confidence)
-    _check_int("seed", seed, 0)
+    n_resamples = require_int("n_resamples", n_resamples, 1)
+    confidence = require_range("confidence", confidence, 0, 1, closed="neither")
+    require_int("seed", seed, 0)
     p = _prepare(a, b, tolerance, relative, higher_is_better, "bootstrap")
     res = _resample_stats([p.signs], "mean", n_resamples, seed)[:, 0]
     g = p.g
@@ -711,7 +694,7 @@ def normal_interval(a: object, b: object, *, confidence: float = 0.95) -> Bootst
     >>> round(r.diff, 6), tuple(round(x, 6) for x in r.diff_ci)
     (0.25, (-0.239991, 0.739991))
     """
-    confidence = _check_open_unit("confidence", confidence)
+    confidence = require_range("confidence", confidence, 0, 1, closed="neither")
     va, vb, dropped = _paired(a, b)
     d = vb - va
     z = float(_st.norm.ppf(0.5 + confidence / 2))
@@ -726,13 +709,13 @@ def normal_interval(a: object, b: object, *, confidence: float = 0.95) -> Bootst
 def _checked_settings(
     n_resamples: int, confidence: float, alpha: float, power: float, seed: int, method: str
 ) -> tuple[int, float, float, float]:
-    _check_choice("method", method, COMPARE_METHODS)
-    _check_int("seed", seed, 0)
+    require_choice("method", method, COMPARE_METHODS)
+    require_int("seed", seed, 0)
     return (
-        _check_int("n_resamples", n_resamples, 1),
-        _check_open_unit("confidence", confidence),
-        _check_open_unit("alpha", alpha),
-        _check_open_unit("power", power),
+        require_int("n_resamples", n_resamples, 1),
+        require_range("confidence", confidence, 0, 1, closed="neither"),
+        require_range("alpha", alpha, 0, 1, closed="neither"),
+        require_range("power", power, 0, 1, closed="neither"),
     )
 
 
@@ -915,8 +898,8 @@ def ab_test_size(
     >>> round(ab_test_size(0.1, 0.01, 0.01, 0.1, two_sided=False), 4)   # (1.644854 + 0.841621)²
     1236.5114
     """
-    alpha = _check_open_unit("alpha", alpha)
-    power = _check_open_unit("power", power)
+    alpha = require_range("alpha", alpha, 0, 1, closed="neither")
+    power = require_range("power", power, 0, 1, closed="neither")
     values = {"mean_a": mean_a, "var_a": var_a, "var_b": var_b, "relative_lift": relative_lift}
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int | float | np.number):

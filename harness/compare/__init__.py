@@ -18,6 +18,7 @@ import pandas as pd
 import metrics
 from harness.experiment import ExperimentResult
 from metrics import stats
+from metrics.checks import require_choice, require_range
 
 __all__ = [
     "CompareSpec",
@@ -55,13 +56,9 @@ class CompareSpec:
     power: float = 0.8  # online A/B test sizing: power
 
     def __post_init__(self) -> None:
-        if self.correction not in stats.P_ADJUSTMENTS:
-            raise ValueError(
-                f"'compare.correction' must be one of {', '.join(stats.P_ADJUSTMENTS)} "
-                f"(got {self.correction!r})"
-            )
-        if not 0 < self.head_share < 1 or not 0 < self.tail_share < 1:
-            raise ValueError("'compare.head_share' and 'compare.tail_share' must lie in (0, 1)")
+        require_choice("compare.correction", self.correction, stats.P_ADJUSTMENTS)
+        require_range("compare.head_share", self.head_share, 0, 1, closed="neither")
+        require_range("compare.tail_share", self.tail_share, 0, 1, closed="neither")
         if self.head_share + self.tail_share > 1:
             raise ValueError("'compare.head_share' + 'compare.tail_share' must be <= 1")
         if not 0 < self.alpha < 1 or not 0 < self.power < 1:

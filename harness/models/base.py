@@ -43,6 +43,7 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from harness.data import ITEM, USER
+from metrics.checks import require_columns, require_int, require_positive
 from metrics.scores import AucCounts, matrix_auc_counts, pooled_wins2
 
 __all__ = [
@@ -230,10 +231,7 @@ class BaseRecommender:
         batch_size: int | None = None,
         progress: bool = False,
     ) -> None:
-        if batch_size is not None and (
-            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-        ):
-            raise ValueError(f"'batch_size' must be a positive int or None (got {batch_size!r})")
+        require_int("batch_size", batch_size, none_ok=True)
         self.exclude_seen = exclude_seen
         self.batch_size = batch_size
         self.progress = progress
@@ -242,12 +240,7 @@ class BaseRecommender:
 
     def fit(self, train: pd.DataFrame) -> Self:
         """Encode ids (sorted, so codes follow id order), build the binary matrix, then ``_fit``."""
-        missing = [c for c in (USER, ITEM) if c not in train.columns]
-        if missing:
-            raise ValueError(
-                f"training frame is missing column {missing[0]!r} "
-                f"(got {[str(c) for c in train.columns]})"
-            )
+        require_columns(train.columns, (USER, ITEM), "training frame")
         if len(train) == 0:
             raise ValueError("training frame is empty (0 rows)")
         ucodes, user_ids = pd.factorize(train[USER], sort=True)
@@ -353,8 +346,7 @@ class BaseRecommender:
         """``recommend``'s arguments checked: 1-D users, positive ``k``, the exclusion used."""
         if not hasattr(self, "item_ids_"):
             raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(train) first")
-        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-            raise ValueError(f"'k' must be a positive int (got {k!r})")
+        require_int("k", k)
         users = np.asarray(users)
         if users.ndim != 1:
             raise ValueError(f"'users' must be a 1-D array of user ids (got shape {users.shape})")
@@ -467,19 +459,8 @@ class BaseRecommender:
         return block
 
 
-def _positive_int(name: str, value: Any) -> int:
-    """A model parameter checked as an int >= 1 (numpy ints accepted, bools not)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"'{name}' must be a positive int (got {value!r})")
-    return int(value)
-
-
-def _positive_float(name: str, value: Any, *, zero: bool = False) -> float:
-    """A model parameter checked as a number > 0 (>= 0 with ``zero``), as a float."""
-    ok = isinstance(value, int | float | np.number) and not isinstance(value, bool)
-    if not ok or not (value >= 0.0 if zero else value > 0.0):
-        raise ValueError(f"'{name}' must be {'>= 0' if zero else '> 0'} (got {value!r})")
-    return float(value)
+# the model parameters' checks, shared with the rest (metrics.checks)
+_positive_float, _positive_int = require_positive, require_int
 
 
 def _id_array(uniques: pd.Index | np.ndarray) -> np.ndarray:

@@ -32,15 +32,6 @@ def _frame(spark: SparkSession, data: Any, what: str) -> DataFrame:
     )
 
 
-def _check_columns(df: DataFrame, needed: tuple[str, ...], what: str) -> None:
-    missing = [c for c in needed if c not in df.columns]
-    if missing:
-        raise ValueError(
-            f"{what} is missing column {missing[0]!r}; it needs {list(needed)}, "
-            f"found {list(df.columns)}"
-        )
-
-
 def _is_integer_type(dtype: Any) -> bool:
     """Whether a Spark data type is an integer type (byte, short, int or long)."""
     from pyspark.sql import types as st

@@ -33,8 +33,9 @@ import numpy as np
 import pandas as pd
 
 import metrics
-from harness.spark.io import _check_columns, _common_kind, _frame
+from harness.spark.io import _common_kind, _frame
 from harness.spark.session import _PANDAS3_WARNING, _python_errors, _quiet
+from metrics.checks import require_columns, require_int
 from metrics.engine import validate_qrels, validate_run
 from metrics.evaluate import State
 from metrics.options import resolve_options
@@ -271,8 +272,7 @@ def evaluate_spark(
     from harness.spark.aggregate import finish
 
     opts = resolve_options(preset, **options)
-    if isinstance(batch_cells, bool) or not isinstance(batch_cells, int) or batch_cells <= 0:
-        raise ValueError(f"'batch_cells' must be a positive int (got {batch_cells!r})")
+    require_int("batch_cells", batch_cells)
     named = _named(names)
     specs = list(named.values())
     wants = {s.metric for s in specs}
@@ -283,14 +283,13 @@ def evaluate_spark(
         )
     q = _frame(spark, qrels, "qrels")
     r = _frame(spark, run, "run")
-    _check_columns(q, ("user", "item", "relevance"), "qrels")
-    _check_columns(r, ("user", "item", "score"), "run")
+    require_columns(q.columns, ("user", "item", "relevance"), "qrels")
+    require_columns(r.columns, ("user", "item", "score"), "run")
     user_kind = _common_kind(q, r, "user")
     item_kind = _common_kind(q, r, "item")
     if buckets is None:
         buckets = 2 * int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
-    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets <= 0:
-        raise ValueError(f"'buckets' must be a positive int (got {buckets!r})")
+    require_int("buckets", buckets)
 
     if train is not None and not isinstance(train, pd.DataFrame):
         train = _frame(spark, train, "train")

@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harness.split import HINT
+from metrics.checks import require_columns, require_int
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -32,17 +35,12 @@ class SparkSplit:
 def _check_interactions(df: DataFrame) -> None:
     from harness.spark.io import _is_integer_type
 
-    missing = [c for c in ("user", "item", "timestamp") if c not in df.columns]
-    if missing:
-        raise ValueError(
-            f"interactions frame is missing column {missing[0]!r} (got {list(df.columns)}); "
-            "use harness.data.validate_interactions"
-        )
+    require_columns(df.columns, ("user", "item", "timestamp"), "interactions frame", HINT)
     dtype = df.schema["timestamp"].dataType
     if not _is_integer_type(dtype):
         raise ValueError(
             f"column 'timestamp' must hold int64 epoch seconds (got type "
-            f"{dtype.simpleString()}); use harness.data.validate_interactions"
+            f"{dtype.simpleString()}); {HINT}"
         )
 
 
@@ -154,8 +152,7 @@ def leave_one_out_spark(df: DataFrame, valid: bool = False, min_history: int = 2
     from pyspark.sql import functions as sf
 
     _check_interactions(df)
-    if isinstance(min_history, bool) or not isinstance(min_history, int) or min_history < 1:
-        raise ValueError(f"'min_history' must be an int >= 1 (got {min_history!r})")
+    require_int("min_history", min_history)
     cols = df.columns
     latest = Window.partitionBy("user").orderBy(
         sf.col("timestamp").desc(), sf.col("item").desc(), sf.col("_loo_row").desc()

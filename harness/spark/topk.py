@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.spark.io import _check_columns
+from metrics.checks import require_choice, require_columns, require_int
 from metrics.options import CHOICES
 
 if TYPE_CHECKING:
@@ -20,14 +20,9 @@ def topk_spark(scores_df: DataFrame, k: int, tie_break: str = "item_asc") -> Dat
     from pyspark.sql import Window
     from pyspark.sql import functions as sf
 
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise ValueError(f"'k' must be a positive int (got {k!r})")
-    if tie_break not in CHOICES["tie_break"]:
-        raise ValueError(
-            f"option 'tie_break' must be one of {', '.join(map(repr, CHOICES['tie_break']))} "
-            f"(got {tie_break!r})"
-        )
-    _check_columns(scores_df, ("user", "item", "score"), "scores")
+    require_int("k", k)
+    require_choice("tie_break", tie_break, CHOICES["tie_break"])
+    require_columns(scores_df.columns, ("user", "item", "score"), "scores")
     cols = scores_df.columns
     df = scores_df
     if tie_break == "input_order":

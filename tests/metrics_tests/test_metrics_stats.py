@@ -429,7 +429,7 @@ A, B = [0.1, 0.2, 0.3], [0.2, 0.2, 0.5]
     ("call", "pattern"),
     [
         (lambda: paired_bootstrap(A, B, n_resamples=0),
-         r"'n_resamples' must be an int >= 1 \(got 0\)"),
+         r"'n_resamples' must be a positive int \(got 0\)"),
         (lambda: paired_bootstrap(A, B, confidence=1.0),
          r"'confidence' must be in \(0, 1\) \(got 1.0\)"),
         (lambda: paired_bootstrap(A, B, statistic="trimmed"),
