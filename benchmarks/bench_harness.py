@@ -27,7 +27,7 @@ from harness.experiment import (
     _recommendations,
     qrels_from_test,
 )
-from harness.models import ItemKNN, PopularityModel, RandomModel
+from harness.models import ImplicitItemCosine, PopularityModel, RandomModel
 from harness.record import record
 from harness.split import make_split
 from harness.tracking import Tracker
@@ -63,7 +63,7 @@ def main() -> None:
     for name, model in [
         ("random", RandomModel(seed=0)),
         ("popularity", PopularityModel()),
-        ("item_knn", ItemKNN()),
+        ("item_knn", ImplicitItemCosine()),
     ]:
         with stage(rows, f"fit {name}"):
             model.fit(split.train)

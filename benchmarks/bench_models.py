@@ -1,17 +1,17 @@
-"""The project's own ALS and item-kNN against ``implicit``'s ALS, BPR and item-item models: fit
-seconds, peak memory of the fit, ranking seconds and test ndcg@10, on the same split.
+"""The built-in models side by side: ``implicit``'s ALS, BPR, logistic MF and item-item models
+against each other and the popularity and random baselines: fit seconds, peak memory of the fit,
+ranking seconds and test ndcg@10, on the same split.
 
     python benchmarks/bench_models.py                       # 1M synthetic events
     python benchmarks/bench_models.py --dataset movielens   # needs the `movielens` extra
-    python benchmarks/bench_models.py --models als,implicit_als --events 200000
+    python benchmarks/bench_models.py --models als,item_knn --events 200000
 
-Same hyper-parameters on both sides (64 factors, 15 iterations, regularization 0.05, the same
-confidence: the project's ``alpha=20`` is implicit's ``alpha=21``; 100 neighbours), one thread
-each (``implicit`` ``num_threads=1``; the project's ALS uses one BLAS thread). Each model is fitted
-on the train part of the split and ranks the full catalog for every test user (seen items
-excluded); ndcg@10 as ``python -m harness`` computes it. The split is global_time (cut 0.8) on
-synthetic data and user_time (each user's last 20%) on MovieLens, whose global cut leaves only
-22 test users known in training.
+Each model has the parameters of its config in ``harness/configs/model`` (``als`` and
+``item_knn`` are ``implicit``'s ALS and item-item cosine) with one fitting thread
+(``num_threads=1``). Each model is fitted on the train part of the split and ranks the full catalog
+for every test user (seen items excluded); ndcg@10 as ``python -m harness`` computes it. The split
+is global_time (cut 0.8) on synthetic data and user_time (each user's last 20%) on MovieLens, whose
+global cut leaves only 22 test users known in training.
 """
 
 from __future__ import annotations
@@ -37,27 +37,27 @@ from harness import synthetic
 from harness.datasets import load_dataset
 from harness.experiment import MetricSuite, _recommendations, qrels_from_test
 from harness.models import (
-    ALS,
     ImplicitALS,
     ImplicitBM25,
     ImplicitBPR,
     ImplicitItemCosine,
     ImplicitItemTFIDF,
-    ItemKNN,
+    ImplicitLMF,
     PopularityModel,
+    RandomModel,
     Recommender,
 )
 from harness.split import make_split
 
 MODELS: dict[str, Callable[[], Recommender]] = {
+    "random": RandomModel,
     "popularity": PopularityModel,
-    "als": lambda: ALS(factors=64, regularization=0.05, alpha=20.0, iterations=15),
-    "implicit_als": lambda: ImplicitALS(
-        factors=64, regularization=0.05, alpha=21.0, iterations=15, num_threads=1
+    "als": lambda: ImplicitALS(
+        factors=64, regularization=0.05, alpha=20.0, iterations=15, num_threads=1
     ),
     "implicit_bpr": lambda: ImplicitBPR(factors=64, iterations=100, num_threads=1),
-    "item_knn": lambda: ItemKNN(k_neighbors=100),
-    "implicit_item_cosine": lambda: ImplicitItemCosine(k_neighbors=100, num_threads=1),
+    "implicit_lmf": lambda: ImplicitLMF(num_threads=1),
+    "item_knn": lambda: ImplicitItemCosine(k_neighbors=100, num_threads=1),
     "implicit_item_tfidf": lambda: ImplicitItemTFIDF(k_neighbors=100, num_threads=1),
     "implicit_item_bm25": lambda: ImplicitBM25(k_neighbors=100, num_threads=1),
 }

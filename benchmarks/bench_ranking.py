@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _measure import print_table, stage
 
-from harness.models import ALS
+from harness.models import ImplicitALS
 
 
-class RandomFactors(ALS):
-    """ALS scoring and ranking with seeded random factors instead of a fit."""
+class RandomFactors(ImplicitALS):
+    """ALS (implicit's) scoring and ranking with seeded random factors instead of a fit."""
 
     def _fit(self, matrix: object) -> None:
         rng = np.random.default_rng(self.seed)
@@ -35,7 +35,7 @@ class RandomFactors(ALS):
         self._items64 = self.item_factors_.astype(np.float64)
 
 
-def model_with_factors(n_users: int, n_items: int, factors: int, per_user: int) -> ALS:
+def model_with_factors(n_users: int, n_items: int, factors: int, per_user: int) -> ImplicitALS:
     """Every user has ``per_user`` random training items (excluded from the lists)."""
     rng = np.random.default_rng(0)
     train = pd.DataFrame(

@@ -2,7 +2,7 @@
 
     python examples/register_model.py --tracking-uri sqlite:///runs/mlflow.db --name popularity-demo
 
-Fits a ``PopularityModel`` (``--model item_knn``: an ``ItemKNN``) on the synthetic data
+Fits a ``PopularityModel`` (``--model item_knn``: an ``ImplicitItemCosine``) on the synthetic data
 (``harness.synthetic.generate`` with the given sizes and seed; ``--train-cut 0.8``: only the events
 before that timestamp quantile, the training part of the harness's default ``global_time`` split),
 wraps it in ``RecommenderPyfunc``, logs it with ``mlflow.pyfunc.log_model`` into
@@ -35,12 +35,12 @@ import numpy as np
 import pandas as pd
 from mlflow import MlflowClient
 
-from harness.models import ItemKNN, PopularityModel, Recommender, padding_mask
+from harness.models import ImplicitItemCosine, PopularityModel, Recommender, padding_mask
 from harness.split import make_split
 from harness.synthetic import generate
 
 ALIAS = "champion"
-MODELS = {"popularity": PopularityModel, "item_knn": ItemKNN}
+MODELS = {"popularity": PopularityModel, "item_knn": ImplicitItemCosine}
 
 
 class RecommenderPyfunc(mlflow.pyfunc.PythonModel):

@@ -23,13 +23,10 @@ from harness.models.implicit_models import (
     ImplicitItemTFIDF,
     ImplicitLMF,
 )
-from harness.models.knn import ItemKNN
-from harness.models.mf import ALS
 from harness.models.mlflow_model import MLflowModel
 from harness.models.precomputed import PrecomputedScores
 
 __all__ = [
-    "ALS",
     "PAD_ITEM_INT",
     "PAD_ITEM_OBJECT",
     "BaseRecommender",
@@ -40,7 +37,6 @@ __all__ = [
     "ImplicitItemCosine",
     "ImplicitItemTFIDF",
     "ImplicitLMF",
-    "ItemKNN",
     "MLflowModel",
     "PopularityModel",
     "PrecomputedScores",

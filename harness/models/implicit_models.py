@@ -1,14 +1,17 @@
 """Models from the ``implicit`` library (ALS, BPR, logistic MF, item-item cosine/TF-IDF/BM25).
 
-Each wraps one ``implicit`` estimator behind :class:`~harness.models.base.BaseRecommender`: the
-harness encodes ids and builds the binary user × item matrix, ``implicit`` fits on it, and the
-harness ranks from what was fitted (``user_factors @ item_factorsᵀ`` for the factor models,
-``interactions @ similarity`` for the item-item models), so seen-item exclusion, batching, tie
-order (ascending item id), padding and the unknown-user fallback (popularity) are the same as for
-every built-in model. Fitting runs on the CPU with ``num_threads`` threads (1 by default: the
-machine is usually shared, and a single thread makes BPR/LMF deterministic for a ``seed``) and one
-BLAS thread, as ``implicit`` recommends. ``implicit`` is an optional extra
-(``pip install 'recsys-harness[implicit]'``); it is imported when a model is fitted.
+These are the harness's factorization and item-item models (``model=als`` and ``model=item_knn``
+are ``ImplicitALS`` and ``ImplicitItemCosine``): the project's own ALS and item-kNN were removed
+after ``benchmarks/bench_models.py`` showed ``implicit``'s give the same ndcg@10 (within 0.003)
+2–4× faster. Each wraps one ``implicit`` estimator behind
+:class:`~harness.models.base.BaseRecommender`: the harness encodes ids and builds the binary
+user × item matrix, ``implicit`` fits on it, and the harness ranks from what was fitted
+(``user_factors @ item_factorsᵀ`` for the factor models, ``interactions @ similarity`` for the
+item-item models), so seen-item exclusion, batching, tie order (ascending item id), padding and
+the unknown-user fallback (popularity) are the same as for every built-in model. Fitting runs on
+the CPU with ``num_threads`` threads (1 by default: the machine is usually shared, and a single
+thread makes BPR/LMF deterministic for a ``seed``) and one BLAS thread, as ``implicit``
+recommends. ``implicit`` is imported when a model is fitted.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from harness.models.base import BaseRecommender, _positive_float, _positive_int
-from harness.models.mf import factor_scores
 
 __all__ = [
     "ImplicitALS",
@@ -29,6 +31,7 @@ __all__ = [
     "ImplicitItemCosine",
     "ImplicitItemTFIDF",
     "ImplicitLMF",
+    "factor_scores",
 ]
 
 
@@ -38,10 +41,22 @@ def _implicit() -> Any:
         import implicit
     except ImportError:
         raise ImportError(
-            "the implicit_* models need the optional package 'implicit': "
-            "pip install 'recsys-harness[implicit]'"
+            "the als, item_knn and implicit_* models need the package 'implicit' "
+            "(a dependency of recsys-harness): pip install 'implicit>=0.7.3,<0.8'"
         ) from None
     return implicit
+
+
+def factor_scores(user_factors: np.ndarray, items64: np.ndarray) -> np.ndarray:
+    """``user_factors @ items64ᵀ`` in float64 (the float32 products are exact there), rounded
+    to float32.
+
+    The rounding removes the last-bit differences between BLAS kernels chosen for different
+    batch shapes, so a user's scores (and tie order) do not depend on the batching.
+    """
+    scores = user_factors.astype(np.float64) @ items64.T
+    scores[...] = scores.astype(np.float32)  # round in place: one float32 temporary
+    return scores
 
 
 class _Implicit(BaseRecommender):
@@ -102,8 +117,7 @@ class _ImplicitFactors(_Implicit):
 
 class ImplicitALS(_ImplicitFactors):
     """``implicit.als.AlternatingLeastSquares`` (Hu, Koren & Volinsky 2008, conjugate-gradient
-    solver): confidence ``alpha`` on observed pairs, 1 elsewhere (so implicit's ``alpha`` is the
-    project ALS's ``alpha + 1``)."""
+    solver), ``model=als``: confidence ``alpha`` on observed pairs, 1 elsewhere."""
 
     def __init__(
         self,
@@ -263,7 +277,8 @@ class _ImplicitItemItem(_Implicit):
 
 
 class ImplicitItemCosine(_ImplicitItemItem):
-    """``implicit.nearest_neighbours.CosineRecommender``: cosine of the items' user vectors."""
+    """``implicit.nearest_neighbours.CosineRecommender``, ``model=item_knn``: cosine of the
+    items' binary user vectors."""
 
     def _estimator(self) -> Any:
         from implicit.nearest_neighbours import CosineRecommender

@@ -19,7 +19,7 @@ from sklearn.metrics import roc_auc_score
 from harness.candidates import sample_negatives
 from harness.datasets import Dataset
 from harness.experiment import MetricSuite, run_models
-from harness.models import BaseRecommender, ItemKNN, PopularityModel, PrecomputedScores
+from harness.models import BaseRecommender, ImplicitItemCosine, PopularityModel, PrecomputedScores
 from harness.split import Split, make_split
 from harness.synthetic import generate
 from metrics.scores import matrix_auc_counts, pooled_wins2, score_metric, user_auc
@@ -162,7 +162,7 @@ def test_recommend_with_auc_matches_sklearn_on_full_score_vectors(
                 return pop(user, items)
             return [tied_score(user, i) for i in items]
     else:
-        model = ItemKNN(batch_size=7, exclude_seen=exclude_seen).fit(train)
+        model = ImplicitItemCosine(batch_size=7, exclude_seen=exclude_seen).fit(train)
 
         def score_of(user, items):
             return model.score_items(np.array([user]), np.asarray(items)[None, :])[0]
@@ -202,7 +202,7 @@ class OwnRanking(PopularityModel):
 
 
 def test_only_models_ranking_from_score_count_the_catalog(split: Split, tmp_path: Path) -> None:
-    assert PopularityModel().scores_catalog and ItemKNN().scores_catalog
+    assert PopularityModel().scores_catalog and ImplicitItemCosine().scores_catalog
     assert not OwnRanking().scores_catalog
     path = tmp_path / "s.csv"
     pd.DataFrame({"user": [1], "item": [2], "score": [1.0]}).to_csv(path, index=False)

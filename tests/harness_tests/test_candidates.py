@@ -11,7 +11,7 @@ import pytest
 from harness.candidates import CandidateSpec, build_candidates, sample_negatives
 from harness.datasets import Dataset
 from harness.experiment import MetricSuite, run_models
-from harness.models import ItemKNN, PopularityModel
+from harness.models import ImplicitItemCosine, PopularityModel
 from harness.split import make_split
 from harness.synthetic import generate
 
@@ -70,7 +70,7 @@ def test_same_candidates_for_every_model_and_rerun(split, tmp_path: Path) -> Non
     result = run_models(
         Dataset("s", frame, "s"),
         split,
-        {"pop": PopularityModel(), "knn": ItemKNN()},
+        {"pop": PopularityModel(), "knn": ImplicitItemCosine()},
         suite,
         tmp_path / "out",
         progress=False,

@@ -11,7 +11,7 @@ from harness.compare import CompareSpec, compare_models, compare_pair
 from harness.datasets import Dataset
 from harness.experiment import MetricSuite, run_models
 from harness.gate import GateSpec, decide, worst
-from harness.models import ItemKNN, PopularityModel, RandomModel
+from harness.models import ImplicitItemCosine, PopularityModel, RandomModel
 from harness.split import make_split
 from harness.synthetic import generate
 
@@ -28,7 +28,7 @@ def result(tmp_path_factory):
     suite = MetricSuite(k=10, names=("ndcg@10", "recall@10", "precision@10", "coverage@10"))
     models = {
         "popularity": PopularityModel(),
-        "item_knn": ItemKNN(),
+        "item_knn": ImplicitItemCosine(),
         "random": RandomModel(seed=0),
         "popularity_again": PopularityModel(),
     }

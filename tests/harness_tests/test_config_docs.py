@@ -48,7 +48,7 @@ def write(tmp_path: Path, text: str, name: str = "grp/opt.yaml") -> Path:
 def test_every_yaml_of_the_tree_is_scanned() -> None:
     on_disk = sorted(CONFIG_DIR.rglob("*.yaml"))
     assert sorted(FILES) == on_disk
-    assert len(on_disk) >= 40
+    assert len(on_disk) >= 39  # the tree, not a few files (39 YAML files)
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(CONFIG_DIR).as_posix())

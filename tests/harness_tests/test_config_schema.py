@@ -144,7 +144,10 @@ def test_a_value_of_the_wrong_type_fails(tmp_path: Path) -> None:
 def test_models_stay_open(tmp_path: Path) -> None:
     """A model config is its ``_target_`` class's parameters: any key composes."""
     write_option(
-        tmp_path, "model", None, "mine:\n  _target_: harness.models.ItemKNN\n  k_neighbors: 7\n"
+        tmp_path,
+        "model",
+        None,
+        "mine:\n  _target_: harness.models.ImplicitItemCosine\n  k_neighbors: 7\n",
     )
     cfg = compose_with(tmp_path, "model=[popularity,mine]")
     assert cfg.model.mine.k_neighbors == 7

@@ -10,7 +10,13 @@ import pytest
 
 from harness.datasets import Dataset
 from harness.experiment import MetricSuite, run_models
-from harness.models import BiasRating, ItemKNN, PopularityModel, PrecomputedScores, padding_mask
+from harness.models import (
+    BiasRating,
+    ImplicitItemCosine,
+    PopularityModel,
+    PrecomputedScores,
+    padding_mask,
+)
 from harness.split import make_split
 from harness.synthetic import generate
 
@@ -23,7 +29,7 @@ def data():
 
 def test_precomputed_file_of_a_models_lists_gives_identical_metrics(data, tmp_path: Path) -> None:
     frame, split = data
-    knn = ItemKNN().fit(split.train)
+    knn = ImplicitItemCosine().fit(split.train)
     users = np.sort(split.test["user"].unique())
     ids, scores = knn.recommend(users, 10)
     keep = ~padding_mask(scores)
@@ -35,7 +41,7 @@ def test_precomputed_file_of_a_models_lists_gives_identical_metrics(data, tmp_pa
     result = run_models(
         Dataset("s", frame, "s"),
         split,
-        {"item_knn": ItemKNN(), "exported": PrecomputedScores(str(path))},
+        {"item_knn": ImplicitItemCosine(), "exported": PrecomputedScores(str(path))},
         suite,
         tmp_path / "out",
         progress=False,

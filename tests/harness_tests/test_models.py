@@ -11,7 +11,7 @@ from hypothesis.extra import numpy as hnp
 
 from harness.models import (
     PAD_ITEM_INT,
-    ItemKNN,
+    ImplicitItemCosine,
     PopularityModel,
     RandomModel,
     Recommender,
@@ -21,7 +21,7 @@ from harness.models import (
 from harness.split import make_split
 from harness.synthetic import generate
 
-MODELS = [RandomModel, PopularityModel, ItemKNN]
+MODELS = [RandomModel, PopularityModel, ImplicitItemCosine]  # the random, popularity, item_knn
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_unknown_users_fall_back(data: pd.DataFrame) -> None:
     expected = counts.sort_index().sort_values(ascending=False, kind="stable").index[:10]
     assert pop_ids[0].tolist() == expected.tolist()
     assert pop_scores[0].tolist() == counts[expected].astype(float).tolist()
-    knn_ids, _ = ItemKNN().fit(data).recommend(np.array([10_000]), 10)
+    knn_ids, _ = ImplicitItemCosine().fit(data).recommend(np.array([10_000]), 10)
     np.testing.assert_array_equal(knn_ids, pop_ids)
     rnd_ids, rnd_scores = RandomModel().fit(data).recommend(np.array([10_000, 10_001]), 10)
     assert (rnd_ids[0] != rnd_ids[1]).any()  # random lists, not a shared ranking
@@ -130,41 +130,57 @@ def test_unknown_users_fall_back(data: pd.DataFrame) -> None:
 def test_item_knn_cosine_reference_values() -> None:
     # users of a: {u1, u2}, of b: {u1, u2}, of c: {u2, u3}
     # cos(a, b) = 2 / sqrt(2 * 2) = 1;  cos(a, c) = cos(b, c) = 1 / sqrt(2 * 2) = 0.5
-    model = ItemKNN().fit(tiny())
+    model = ImplicitItemCosine().fit(tiny())
     ids, scores = model.recommend(np.array(["u3"]), 2)
     # u3 saw c: score(a) = cos(c, a) = 0.5, score(b) = cos(c, b) = 0.5; tie -> ascending id
     assert ids.tolist() == [["a", "b"]]
-    np.testing.assert_allclose(scores, [[0.5, 0.5]], rtol=1e-12)
+    np.testing.assert_allclose(scores, [[0.5, 0.5]], rtol=1e-6)
     ids, scores = model.recommend(np.array(["u1"]), 1)
     # u1 saw a, b: score(c) = cos(a, c) + cos(b, c) = 0.5 + 0.5
     assert ids.tolist() == [["c"]]
-    np.testing.assert_allclose(scores, [[1.0]], rtol=1e-12)
-    shrunk = ItemKNN(shrink=2.0).fit(tiny()).recommend(np.array(["u3"]), 1)[1]
-    np.testing.assert_allclose(shrunk, [[1 / (2 + 2)]], rtol=1e-12)  # 1 / (sqrt(2 * 2) + 2)
-    jaccard = ItemKNN(similarity="jaccard").fit(tiny()).recommend(np.array(["u1"]), 1)[1]
-    # a-c and b-c: |{u2}| / |{u1, u2, u3}| = 1/3 each
-    np.testing.assert_allclose(jaccard, [[2 * (1 / 3)]], rtol=1e-12)
+    np.testing.assert_allclose(scores, [[1.0]], rtol=1e-6)
+    # seen items kept: an item's own similarity counts (cos(c, c) = 1), as implicit keeps it
+    ids, scores = model.recommend(np.array(["u3"]), 3, exclude_seen=False)
+    assert ids.tolist() == [["c", "a", "b"]]
+    np.testing.assert_allclose(scores, [[1.0, 0.5, 0.5]], rtol=1e-6)
+
+
+def naive_cosine(train: pd.DataFrame) -> np.ndarray:
+    """Item × item cosine of the binary item columns (ids sorted), dense numpy."""
+    users, items = np.unique(train["user"]), np.unique(train["item"])
+    x = np.zeros((users.size, items.size))
+    x[np.searchsorted(users, train["user"]), np.searchsorted(items, train["item"])] = 1.0
+    norms = np.sqrt(x.sum(axis=0))
+    return (x.T @ x) / np.outer(norms, norms)
 
 
 def test_item_knn_keeps_only_top_neighbors(data: pd.DataFrame) -> None:
-    model = ItemKNN(k_neighbors=5).fit(data)
+    model = ImplicitItemCosine(k_neighbors=5).fit(data)
+    sim = model.similarity_.toarray()
     per_item = np.diff(model.similarity_.indptr)
     assert per_item.max() <= 5
-    assert (model.similarity_.diagonal() == 0).all()
+    # each item keeps its 5 most similar items (itself among them, cosine 1), cosine values
+    cosine = naive_cosine(data)
+    np.testing.assert_allclose(np.diag(sim), 1.0, rtol=1e-6)
+    for item in range(sim.shape[0]):
+        kept = np.sort(sim[item][sim[item] > 0])[::-1]
+        expected = np.sort(cosine[item][cosine[item] > 0])[::-1][:5]
+        np.testing.assert_allclose(kept, expected, rtol=1e-5)
+    rows, cols = np.nonzero(sim)
+    np.testing.assert_allclose(sim[rows, cols], cosine[rows, cols], rtol=1e-5)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"k_neighbors": 0}, "'k_neighbors' must be a positive int"),
-        ({"shrink": -1.0}, "'shrink' must be >= 0"),
-        ({"similarity": "pearson"}, r"'similarity' must be one of \['cosine', 'jaccard'\]"),
+        ({"num_threads": -1}, r"'num_threads' must be an int >= 0 \(got -1\)"),
         ({"batch_size": 0}, "'batch_size' must be a positive int"),
     ],
 )
 def test_item_knn_rejects_bad_params(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        ItemKNN(**kwargs)
+        ImplicitItemCosine(**kwargs)
 
 
 def test_recommend_rejects_bad_calls(data: pd.DataFrame) -> None:
@@ -238,7 +254,7 @@ def test_popularity_beats_random_and_item_knn_beats_popularity(
     assert len(test) == 2000
     random_hr = hit_rate_at_10(RandomModel(), train, test)
     pop_hr = hit_rate_at_10(PopularityModel(), train, test)
-    knn_hr = hit_rate_at_10(ItemKNN(), train, test)
+    knn_hr = hit_rate_at_10(ImplicitItemCosine(), train, test)
     # about 2000 test users: a standard error of about 0.01 on each rate
     assert random_hr < 0.03  # 10 of ~1000 items
     assert pop_hr > 3 * random_hr

@@ -26,7 +26,7 @@ from harness.compare import CompareSpec, PairComparison, compare_pair, segment_d
 from harness.datasets import Dataset
 from harness.experiment import MetricSuite, qrels_from_test, run_models
 from harness.gate import GateSpec, decide
-from harness.models import ItemKNN, PopularityModel
+from harness.models import ImplicitItemCosine, PopularityModel
 from harness.report import ReportContext, render_html, render_markdown, write_report
 from harness.split import make_split
 
@@ -182,11 +182,11 @@ def expected_tone(r: pd.Series, lo_key: str, hi_key: str) -> str:
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Popularity vs ItemKNN on small synthetic data: the comparison and the gate decision."""
+    """Popularity vs item-kNN on small synthetic data: the comparison and the gate decision."""
     frame = synthetic.generate(n_users=300, n_items=200, n_events=6000, seed=0)
     split = make_split(frame, "global_time", cut=0.8)
     suite = MetricSuite(k=10, names=("ndcg@10", "recall@10", "coverage@10"))
-    models = {"popularity": PopularityModel(), "itemknn": ItemKNN()}
+    models = {"popularity": PopularityModel(), "itemknn": ImplicitItemCosine()}
     result = run_models(Dataset("synthetic", frame, "synthetic:seed=0"), split, models, suite,
                         tmp_path_factory.mktemp("run") / "out", progress=False)
     assert not result.failed

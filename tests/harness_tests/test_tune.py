@@ -28,7 +28,7 @@ import metrics
 from harness.cli import run, suite_of
 from harness.datasets import Dataset
 from harness.experiment import MetricSuite
-from harness.models import ItemKNN
+from harness.models import ImplicitItemCosine
 from harness.split import make_split
 from harness.synthetic import generate
 from harness.tune import (
@@ -105,8 +105,11 @@ def test_bad_search_space_is_one_line_naming_the_key(text: Any, fragment: str) -
 
 
 def test_misspelled_parameter_in_a_search_space_is_named() -> None:
-    node = {"_target_": "harness.models.ItemKNN", "search_space": {"k_neighbours": "int(1, 9)"}}
-    accepted = inspect.signature(ItemKNN).parameters
+    node = {
+        "_target_": "harness.models.ImplicitItemCosine",
+        "search_space": {"k_neighbours": "int(1, 9)"},
+    }
+    accepted = inspect.signature(ImplicitItemCosine).parameters
     with pytest.raises(ValueError, match=r"'k_neighbours' is not a parameter of harness\.models"):
         search_space_of("item_knn", node, accepted)
 
@@ -265,7 +268,7 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(tmp_path: Path) -> None
     # the best value is the validation score, recomputed here without the harness's runner
     frame = generate(n_users=300, n_items=200, n_events=6000, seed=0)
     split = make_split(frame, "global_time", cut=0.8, valid_cut=0.6)
-    model = ItemKNN(**best.params).fit(split.train)
+    model = ImplicitItemCosine(**best.params).fit(split.train)
     users = np.sort(split.valid["user"].unique())
     ids, _ = model.recommend(users, 10)
     run_frame = pd.DataFrame(
