@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 import metrics
+from harness.compare.buckets import bucket_tables as _bucket_tables
 from harness.experiment import ExperimentResult
 from metrics import stats
 from metrics.checks import require_choice, require_range
@@ -134,46 +135,6 @@ def segment_data(train: pd.DataFrame, test_users: np.ndarray, spec: CompareSpec)
             "items:mid": "the other test items (and items unseen in training: tail)",
         },
     )
-
-
-def _bucket_tables(
-    qrels: pd.DataFrame,
-    recs: tuple[pd.DataFrame, pd.DataFrame],
-    names: Sequence[str],
-    bucket_of: pd.Series,
-    options: Mapping[str, Any],
-    evaluate: Callable[..., metrics.Evaluation] = metrics.evaluate,
-) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
-    """Per item bucket (head, mid, tail), both models' per-user metrics judged only against each
-    user's test items in that bucket (items unseen in training count as tail).
-
-    Each model's lists are read once; each bucket evaluates only the lists of its own users
-    (the users without a test item in the bucket are not part of it: same numbers, less work).
-    """
-    item_bucket = bucket_of.reindex(qrels["item"]).fillna("tail").to_numpy()
-    truths = {b: qrels[item_bucket == b] for b in ("head", "mid", "tail")}
-    tables: dict[str, list[pd.DataFrame]] = {b: [] for b in truths}
-    for r in recs:  # one model's lists in memory at a time
-        user = pd.Series(r["user"]).astype(qrels["user"].dtype)
-        codes, uniques = pd.factorize(user)
-        index = pd.Index(uniques)
-        item, score = pd.Series(r["item"]).array, -r["rank"].to_numpy()
-        for bucket, truth in truths.items():
-            if truth.empty:
-                tables[bucket].append(pd.DataFrame(columns=list(names), dtype=float))
-                continue
-            wanted = np.zeros(len(index) + 1, dtype=bool)
-            at = index.get_indexer(truth["user"].unique())
-            wanted[at[at >= 0]] = True
-            keep = wanted[codes]
-            mine = pd.DataFrame(
-                {"user": user.array[keep], "item": item[keep], "score": score[keep]}
-            )
-            if mine.empty:
-                mine = truth.assign(score=0.0).iloc[:0][["user", "item", "score"]]
-            tables[bucket].append(evaluate(truth, mine, list(names), **options).per_user)
-        del user, codes, index, item, score
-    return {b: (pa, pb.reindex(pa.index)) for b, (pa, pb) in tables.items()}
 
 
 def _rows(
