@@ -1,0 +1,400 @@
+"""Model versions on Spark: each user's top-k list as a Spark DataFrame, never collected.
+
+Every function returns ``(user, item, score, rank)`` rows (``rank`` 1-based, best first) of the
+requested ``users`` (a one-column Spark DataFrame), with the conventions of the in-process models
+(:mod:`harness.models.base`): ties by ascending item id (:func:`harness.spark.topk_spark`),
+training items of a user excluded where the in-process model excludes them, no padding rows.
+
+- :func:`precomputed_topk`: a score table (Parquet or CSV, any Spark path), as
+  :class:`harness.models.PrecomputedScores` (ids normalized the same way, duplicates and
+  non-finite scores refused with one line, ``exclude_seen`` off by default).
+- :func:`popularity_topk`: distinct training users per item, as
+  :class:`harness.models.PopularityModel`. Each user is joined with only the ``k + seen`` most
+  popular items, so the work is ``users × k + training pairs``, not ``users × items``.
+- :class:`SparkALS` / :func:`als_topk`: Spark MLlib's ALS (implicit preferences) on the distinct
+  training pairs; ids are mapped to dense integers in Spark (``zipWithIndex``), not on the driver.
+- :func:`plugin_topk`: any harness ``Recommender`` fitted on the driver (:func:`fit_plugin`, on
+  the training rows or a sample of them) and scored per partition with ``mapInPandas``: the
+  fitted model is broadcast and each partition calls its batched ``recommend``. The model's own
+  order is the ranking (as in-process, where the harness scores a list by its rank).
+
+What reaches the driver: one aggregate row per check (precomputed), one number (ALS: the
+largest seen count), and for plug-ins the training rows they are fitted on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from harness.spark.io import _id_kind, _is_integer_type
+from harness.spark.session import _quiet
+from harness.spark.topk import topk_spark
+from metrics.checks import require_int, require_positive
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from harness.models import Recommender
+
+__all__ = [
+    "SparkALS",
+    "als_topk",
+    "fit_plugin",
+    "plugin_topk",
+    "popularity_topk",
+    "precomputed_topk",
+    "seen_pairs",
+]
+
+#: The output columns of every function here.
+COLUMNS = ("user", "item", "score", "rank")
+
+
+def seen_pairs(train: DataFrame) -> DataFrame:
+    """The distinct (user, item) pairs of the training events."""
+    return train.select("user", "item").distinct()
+
+
+def _lists(scores: DataFrame, users: DataFrame, train: DataFrame | None, k: int) -> DataFrame:
+    """Top-``k`` of ``scores`` (user, item, score) for ``users``, ``train`` pairs excluded."""
+    mine = scores.join(users.select("user").distinct(), "user", "left_semi")
+    if train is not None:
+        mine = mine.join(seen_pairs(train), ["user", "item"], "left_anti")
+    return topk_spark(mine, k, "item_asc").select(*COLUMNS)
+
+
+# ------------------------------------------------------------------------------ precomputed
+
+
+def _normalized_id(df: DataFrame, name: str, source: str) -> tuple[Any, str]:
+    """An id column normalized as :func:`harness.data.normalize_ids` does (text that is all
+    canonical integers becomes ``bigint``) and its kind; the integer test is one aggregate."""
+    from pyspark.sql import functions as sf
+    from pyspark.sql import types as st
+
+    from harness.errors import DataError
+
+    dtype = df.schema[name].dataType
+    col = sf.col(name)
+    if _is_integer_type(dtype):
+        return col.cast("bigint"), "bigint"
+    if isinstance(dtype, st.FloatType | st.DoubleType):
+        frac = df.filter(sf.isnan(col) | (col != sf.floor(col))).limit(1).count()
+        return (col.cast("string"), "string") if frac else (col.cast("bigint"), "bigint")
+    if not isinstance(dtype, st.StringType):
+        raise DataError(
+            f"{source}: column {name!r} holds {dtype.simpleString()} values; "
+            "ids must be integers or text"
+        )
+    text = sf.trim(col)
+    as_int = sf.expr(f"try_cast(regexp_replace(trim(`{name}`), '\\\\.0+$', '') as bigint)")
+    canonical = sf.expr(f"trim(`{name}`) rlike '^[+-]?[0-9]+(\\\\.0+)?$'")
+    not_int = df.filter(~canonical | as_int.isNull()).limit(1).count()
+    return (text, "string") if not_int else (as_int, "bigint")
+
+
+def _score_table(
+    spark: SparkSession,
+    scores: Any,
+    columns: dict[str, str] | None,
+    fmt: str | None,
+    train_kinds: tuple[str, str],
+) -> DataFrame:
+    """A score table (user, item, score) read and checked as ``PrecomputedScores.fit`` does:
+    missing columns, null ids, non-finite scores and duplicate pairs are one-line errors."""
+    from pyspark.sql import functions as sf
+
+    from harness.errors import DataError
+    from harness.spark.io import _spark_format
+
+    if isinstance(scores, str) or hasattr(scores, "__fspath__"):
+        source = str(scores)
+        kind = fmt or _spark_format(source, None)
+        if kind in ("csv", "tsv"):
+            sep = "\t" if kind == "tsv" or source.lower().endswith(".tsv") else ","
+            df = spark.read.option("header", True).option("sep", sep).csv(source)
+        elif kind == "parquet":
+            df = spark.read.parquet(source)
+        else:
+            raise DataError(f"{source}: format {kind!r} is not read on Spark (parquet, csv, tsv)")
+    else:
+        source, df = "scores", scores
+    wanted = {n: (columns or {}).get(n, n) for n in ("user", "item", "score")}
+    for ours, theirs in wanted.items():
+        if theirs not in df.columns:
+            label = f"'{ours}'" if ours == theirs else f"'{ours}' (file column '{theirs}')"
+            raise DataError(f"{source}: missing column {label}; columns found: {df.columns}")
+    df = df.select(*[sf.col(f"`{wanted[n]}`").alias(n) for n in ("user", "item", "score")])
+    score = sf.expr("try_cast(`score` as double)")
+    nulls = (sf.col("user").isNull() | sf.col("item").isNull()).cast("int")
+    bad = (score.isNull() | sf.isnan(score) | (sf.abs(score) == float("inf"))).cast("int")
+    row = df.agg(
+        sf.count(sf.lit(1)).alias("n"),
+        sf.sum(nulls).alias("nulls"),
+        sf.sum(bad).alias("bad"),
+        sf.first(sf.when(bad == 1, sf.col("score").cast("string")), True).alias("example"),
+    ).first()
+    if row is None or int(row["n"]) == 0:
+        raise DataError(f"{source}: no rows (0 data rows)")
+    if row["nulls"]:
+        raise DataError(f"{source}: columns 'user'/'item' have {row['nulls']} null id(s)")
+    if row["bad"]:
+        raise DataError(
+            f"{source}: column 'score' has {row['bad']} missing, non-numeric or non-finite "
+            f"score(s), e.g. {row['example']!r}"
+        )
+    user, user_kind = _normalized_id(df, "user", source)
+    item, item_kind = _normalized_id(df, "item", source)
+    # ints when the file's and the training ids are both integers, else both compared as text
+    user_kind = "bigint" if (user_kind, train_kinds[0]) == ("bigint", "bigint") else "string"
+    item_kind = "bigint" if (item_kind, train_kinds[1]) == ("bigint", "bigint") else "string"
+    table = df.select(
+        user.cast(user_kind).alias("user"),
+        item.cast(item_kind).alias("item"),
+        score.alias("score"),
+    )
+    dup = table.groupBy("user", "item").count().filter(sf.col("count") > 1)
+    first = dup.agg(sf.count(sf.lit(1)).alias("n"), sf.first(sf.struct("user", "item"))).first()
+    if first is not None and int(first[0]):
+        pair = first[1]
+        raise DataError(
+            f"{source}: columns 'user' and 'item' have {int(first[0])} duplicate (user, item) "
+            f"pair(s), e.g. user={pair['user']!r} item={pair['item']!r}"
+        )
+    return table
+
+
+def precomputed_topk(
+    spark: SparkSession,
+    scores: Any,
+    train: DataFrame,
+    users: DataFrame,
+    k: int,
+    *,
+    exclude_seen: bool = False,
+    columns: dict[str, str] | None = None,
+    fmt: str | None = None,
+) -> DataFrame:
+    """Each user's top-``k`` rows of a score table (a Parquet/CSV path or a Spark DataFrame of
+    user, item, score), as :class:`harness.models.PrecomputedScores` ranks them.
+
+    Users without a row in the table get no list; items unknown to training stay (the table
+    decides); ``exclude_seen`` drops the user's training items first. Ids compare as integers
+    when the table's and the training ids are both integers, else as text.
+    """
+    require_int("k", k)
+    kinds = (_id_kind(train, "user"), _id_kind(train, "item"))
+    table = _score_table(spark, scores, columns, fmt, kinds)
+    from pyspark.sql import functions as sf
+
+    wanted = users.select(sf.col("user").cast(table.schema["user"].dataType).alias("user"))
+    seen = None
+    if exclude_seen:
+        seen = train.select(
+            sf.col("user").cast(table.schema["user"].dataType).alias("user"),
+            sf.col("item").cast(table.schema["item"].dataType).alias("item"),
+        )
+    return _lists(table, wanted, seen, k)
+
+
+# ------------------------------------------------------------------------------- popularity
+
+
+def popularity_topk(
+    train: DataFrame, users: DataFrame, k: int, *, exclude_seen: bool = True
+) -> DataFrame:
+    """Most popular first (distinct training users per item, ties by item id), as
+    :class:`harness.models.PopularityModel`; a user's training items excluded.
+
+    A user with ``s`` seen items needs at most the ``k + s`` most popular items, so each user is
+    joined with that prefix of the item ranking only (a broadcast range join on the rank).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    require_int("k", k)
+    pairs = seen_pairs(train)
+    popularity = pairs.groupBy("item").agg(sf.count(sf.lit(1)).cast("double").alias("score"))
+    by_rank = Window.orderBy(sf.col("score").desc(), sf.col("item").asc())
+    ranked = popularity.withColumn("_pop_rank", sf.row_number().over(by_rank))
+    wanted = users.select("user").distinct()
+    if exclude_seen:
+        counts = pairs.groupBy("user").agg(sf.count(sf.lit(1)).alias("_seen"))
+        wanted = wanted.join(counts, "user", "left").fillna(0, subset=["_seen"])
+    else:
+        wanted = wanted.withColumn("_seen", sf.lit(0))
+    prefix = wanted.join(
+        sf.broadcast(ranked), sf.col("_pop_rank") <= sf.col("_seen") + sf.lit(int(k))
+    ).select("user", "item", "score")
+    return _lists(prefix, wanted, train if exclude_seen else None, k)
+
+
+# ---------------------------------------------------------------------------------- MLlib ALS
+
+
+def _dense_ids(values: DataFrame, name: str) -> DataFrame:
+    """Distinct ids of column ``name`` with a dense ``int`` index (``zipWithIndex``, in Spark)."""
+    from pyspark.sql import types as st
+
+    distinct = values.select(name).distinct()
+    schema = st.StructType(
+        [distinct.schema[name], st.StructField(f"{name}_idx", st.IntegerType(), False)]
+    )
+    with _quiet():
+        indexed = distinct.rdd.zipWithIndex().map(lambda pair: (pair[0][0], int(pair[1])))
+        return indexed.toDF(schema)
+
+
+@dataclass(frozen=True)
+class SparkALS:
+    """Spark MLlib's ALS with implicit preferences (``pyspark.ml.recommendation.ALS``): the
+    existing distributed implementation, ``engine=spark`` only. Parameters are MLlib's
+    (``rank``, ``regParam``, ``alpha``, ``maxIter``); every distinct training pair counts 1."""
+
+    factors: int = 64
+    regularization: float = 0.05
+    alpha: float = 20.0
+    iterations: int = 15
+    seed: int = 0
+    exclude_seen: bool = True
+    block_size: int = 4096
+
+    def __post_init__(self) -> None:
+        require_int("factors", self.factors)
+        require_int("iterations", self.iterations)
+        require_int("block_size", self.block_size)
+        require_positive("regularization", self.regularization)
+        require_positive("alpha", self.alpha)
+
+    def fit(self, train: Any) -> SparkALS:
+        """Refused in-process: this model runs on Spark only."""
+        raise ValueError("SparkALS (Spark MLlib's ALS) runs only with engine=spark")
+
+    def topk(self, train: DataFrame, users: DataFrame, k: int) -> DataFrame:
+        """Fit on ``train`` and return each requested user's top-``k`` (see :func:`als_topk`)."""
+        return als_topk(self, train, users, k)
+
+
+def als_topk(model: SparkALS, train: DataFrame, users: DataFrame, k: int) -> DataFrame:
+    """MLlib ALS fitted on the distinct training pairs; each user's top-``k`` unseen items.
+
+    ``recommendForUserSubset`` gives ``k + s`` items per user (``s``: the largest seen count
+    among the requested users, capped by the catalog) so that ``k`` remain after excluding seen
+    items. Users absent from training get no list (ALS has no factors for them).
+    """
+    from pyspark.ml.recommendation import ALS
+    from pyspark.sql import functions as sf
+
+    require_int("k", k)
+    pairs = seen_pairs(train).withColumn("rating", sf.lit(1.0)).cache()
+    user_idx = _dense_ids(pairs, "user").cache()
+    item_idx = _dense_ids(pairs, "item").cache()
+    for table, what in ((user_idx, "users"), (item_idx, "items")):
+        if table.count() >= 2**31 - 1:
+            raise ValueError(f"SparkALS: more than 2**31 - 1 training {what} (MLlib needs int ids)")
+    indexed = pairs.join(user_idx, "user").join(item_idx, "item")
+    als = ALS(
+        rank=model.factors,
+        maxIter=model.iterations,
+        regParam=float(model.regularization),
+        alpha=float(model.alpha),
+        implicitPrefs=True,
+        userCol="user_idx",
+        itemCol="item_idx",
+        ratingCol="rating",
+        seed=model.seed,
+        coldStartStrategy="drop",
+        blockSize=model.block_size,
+    )
+    fitted = als.fit(indexed)
+    wanted = users.select("user").distinct().join(user_idx, "user")
+    depth = k
+    if model.exclude_seen:
+        seen = pairs.join(wanted.select("user"), "user", "left_semi").groupBy("user").count()
+        most = seen.agg(sf.max("count")).first()
+        depth = k + int(most[0] or 0) if most is not None else k
+    n_items = item_idx.count()
+    recs = fitted.recommendForUserSubset(wanted.select("user_idx"), min(depth, n_items))
+    flat = recs.select("user_idx", sf.explode("recommendations").alias("r")).select(
+        "user_idx",
+        sf.col("r.item_idx").alias("item_idx"),
+        sf.col("r.rating").cast("double").alias("score"),
+    )
+    scores = flat.join(user_idx, "user_idx").join(item_idx, "item_idx")
+    return _lists(
+        scores.select("user", "item", "score"), wanted, train if model.exclude_seen else None, k
+    )
+
+
+# ----------------------------------------------------------------------------- plug-in models
+
+
+def fit_plugin(
+    model: Recommender, train: DataFrame, *, sample: float | None = None, seed: int = 0
+) -> Recommender:
+    """Fit a harness ``Recommender`` on the driver, on the training rows or a ``sample``
+    fraction of them (``DataFrame.sample``, seeded): those rows are collected."""
+    if sample is not None:
+        require_positive("sample", sample)
+        if sample < 1:
+            train = train.sample(fraction=float(sample), seed=seed)
+    with _quiet():
+        frame = train.toPandas()
+    for c in ("user", "item"):
+        if frame[c].dtype != np.int64:
+            frame[c] = frame[c].astype(object)
+    model.fit(frame)
+    return model
+
+
+def _recommend_partition(model: Any, k: int, batch: int, item_kind: str, frames: Any) -> Any:
+    """``mapInPandas`` body: each batch of users → the fitted model's lists, padding dropped."""
+    from harness.models import padding_mask
+
+    for frame in frames:
+        users = frame["user"].to_numpy()
+        if users.dtype != np.int64:
+            users = users.astype(object)
+        for start in range(0, users.size, batch):
+            part = users[start : start + batch]
+            ids, scores = model.recommend(part, k)
+            ids, scores = np.asarray(ids), np.asarray(scores, dtype=np.float64)
+            keep = ~padding_mask(scores).ravel()
+            width = ids.shape[1]
+            items = ids.ravel()[keep]
+            yield pd.DataFrame(
+                {
+                    "user": np.repeat(part, width)[keep],
+                    "item": items.astype(np.int64) if item_kind == "bigint" else items,
+                    "score": scores.ravel()[keep],
+                    "rank": np.tile(np.arange(1, width + 1, dtype=np.int32), part.size)[keep],
+                }
+            )
+
+
+def plugin_topk(
+    spark: SparkSession,
+    model: Recommender,
+    users: DataFrame,
+    k: int,
+    *,
+    item_kind: str,
+    batch_users: int = 4096,
+) -> DataFrame:
+    """Each user's top-``k`` from a fitted harness ``Recommender``, scored per partition with
+    ``mapInPandas``: the model is broadcast once, each partition calls its ``recommend`` on
+    batches of ``batch_users`` users. Ranks are the model's own order."""
+    require_int("k", k)
+    require_int("batch_users", batch_users)
+    user_kind = _id_kind(users, "user")
+    shared = spark.sparkContext.broadcast(model)
+    schema = f"user {user_kind}, item {item_kind}, score double, rank int"
+
+    def run(frames: Any) -> Any:
+        return _recommend_partition(shared.value, k, batch_users, item_kind, frames)
+
+    return users.select("user").distinct().mapInPandas(run, schema)
