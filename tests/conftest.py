@@ -1,153 +1,27 @@
 """Fixtures shared by the test folders (``metrics_tests``, ``harness_tests``, ``spark_tests``: one
 per package): the CLI run as a user runs it, a real ``mlflow server``, a Spark session, every
 registered metric. The folders are not named after the packages, which they would shadow on the
-``PYTHONPATH`` of the CLI subprocesses.
+``PYTHONPATH`` of the CLI subprocesses. The code behind the fixtures is in ``support.py``.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import HarnessCli, MlflowServer, every_metric_names, spark_missing
 
 # metrics_tests/reference/make_*.py import rectools, torchmetrics and recommenders, which live in
 # scratch environments (see the README there), not in the test environment.
 collect_ignore_glob = ["metrics_tests/reference/make_*.py"]
 
-#: this folder: on PYTHONPATH for the CLI subprocesses, so ``plugins.models.*`` targets import
-TESTS = Path(__file__).resolve().parent
-#: the overrides of a small, quick run (``experiment=quick`` and no progress bars)
-QUICK = ("experiment=quick", "progress=false")
-
-
-# ---------------------------------------------------------------------------- the CLI
-
-
-class HarnessCli:
-    """``python -m harness`` in a subprocess: a fresh interpreter, output to pipes, no test hooks
-    (``HARNESS_TEST_*``) unless a test passes them, and ``tests/`` importable for plug-ins."""
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """The environment of a user's shell, plus ``extra``."""
-        base = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("HARNESS_TEST_") and k != "MLFLOW_LOGGING_LEVEL"
-        }
-        path = os.pathsep.join(p for p in (str(TESTS), base.get("PYTHONPATH", "")) if p)
-        return {**base, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **extra}
-
-    def command(self, args: tuple[str, ...], quick: bool, module: str) -> list[str]:
-        return [sys.executable, "-m", module, *(QUICK if quick else ()), *args]
-
-    def run(
-        self,
-        cwd: Path,
-        *args: str,
-        quick: bool = False,
-        timeout: float = 300,
-        env: dict[str, str] | None = None,
-        module: str = "harness",
-    ) -> subprocess.CompletedProcess[str]:
-        """Run to the end; ``quick`` prepends :data:`QUICK`."""
-        Path(cwd).mkdir(parents=True, exist_ok=True)
-        return subprocess.run(
-            self.command(args, quick, module),
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=self.env(**(env or {})),
-        )
-
-    def start(
-        self, cwd: Path, *args: str, quick: bool = False, env: dict[str, str] | None = None
-    ) -> subprocess.Popen[str]:
-        """Start without waiting (to signal it or run two at once)."""
-        Path(cwd).mkdir(parents=True, exist_ok=True)
-        return subprocess.Popen(
-            self.command(args, quick, "harness"),
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=self.env(**(env or {})),
-        )
-
 
 @pytest.fixture(scope="session")
 def harness_cli() -> HarnessCli:
     return HarnessCli()
-
-
-# ------------------------------------------------------------------- a real mlflow server
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-            return resp.status == 200 and resp.read().strip() == b"OK"
-    except OSError:
-        return False
-
-
-class MlflowServer:
-    """``mlflow server`` on 127.0.0.1 with a sqlite store and proxied artifacts in ``where``;
-    ``stop()`` and ``start()`` again on the same port and store (a server lost mid-run)."""
-
-    def __init__(self, where: Path) -> None:
-        self.where, self.port = where, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        log = (self.where / "server.log").open("a")
-        command = [sys.executable, "-m", "mlflow", "server", "--workers", "1"]
-        command += ["--backend-store-uri", f"sqlite:///{self.where}/srv.db"]
-        command += ["--artifacts-destination", str(self.where / "art")]
-        command += ["--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = subprocess.Popen(
-            command,
-            cwd=self.where,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-        )
-        log.close()
-        deadline = time.monotonic() + 90
-        while not _healthy(self.url):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = (self.where / "server.log").read_text()[-3000:]
-                pytest.fail(f"mlflow server not healthy (exit {self.proc.poll()}):\n{tail}")
-            time.sleep(0.5)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=20)
 
 
 @pytest.fixture
@@ -162,27 +36,11 @@ def mlflow_server(tmp_path: Path) -> Iterator[MlflowServer]:
         server.stop()
 
 
-# ------------------------------------------------------------------------------ Spark
-
-
-def _spark_missing() -> str | None:
-    if importlib.util.find_spec("pyspark") is None:
-        return "pyspark is not installed (pip install -e '.[spark]')"
-    from harness.spark import JAVA17_HOME
-
-    home = os.environ.get("JAVA_HOME") or (JAVA17_HOME if os.path.isdir(JAVA17_HOME) else "")
-    if not (home and os.path.exists(os.path.join(home, "bin", "java"))) and not shutil.which(
-        "java"
-    ):
-        return "no Java found (set JAVA_HOME to a JDK 17)"
-    return None
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A ``local[2]`` session. Skips without PySpark or Java, except under ``CI=true`` where it
     fails: a CI run must not pass by skipping the engine it is meant to check."""
-    reason = _spark_missing()
+    reason = spark_missing()
     if reason:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"Spark tests cannot run under CI=true: {reason}")
@@ -194,30 +52,7 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-# ------------------------------------------------------------------ every registered metric
-
-
-def _every_metric(ks: tuple[int, ...] = (5, 10)) -> list[str]:
-    """Every registered metric (aliases left out), without a cutoff and at each of ``ks``."""
-    import metrics
-    from metrics.registry import get
-
-    names = []
-    for name in metrics.list_metrics():
-        d = get(name)
-        if d.name != name:
-            continue
-        base = "exposure_tail" if name == "exposure" else name  # one name per item group
-        # without a cutoff, their popularity top-n depends on the batch of users (and they are
-        # refused under serendipity_method='popularity', the default)
-        if d.cutoff != "required" and name not in ("unexpectedness", "serendipity"):
-            names.append(base)
-        if d.cutoff != "none":
-            names += [f"{base}@{k}" for k in ks]
-    return names
-
-
 @pytest.fixture(scope="session")
 def every_metric() -> Callable[..., list[str]]:
     """``every_metric(ks=(5, 10))``: the names that run every registered metric once."""
-    return _every_metric
+    return every_metric_names

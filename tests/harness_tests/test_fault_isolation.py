@@ -2,39 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-TESTS = Path(__file__).resolve().parents[1]
-
-
-def run_harness(cwd: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.run(
-        [sys.executable, "-m", "harness", "experiment=quick", "progress=false", *overrides],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-
 
 @pytest.mark.slow
-def test_failing_models_leave_the_others_logged(tmp_path: Path) -> None:
-    proc = run_harness(
+def test_failing_models_leave_the_others_logged(harness_cli, tmp_path: Path) -> None:
+    proc = harness_cli.run(
         tmp_path,
         "model=[popularity]",
         "+model.mine._target_=plugins.models.MostRecent",
         "+model.mine.window_days=60",
         "+model.bad_fit._target_=plugins.models.FailsToFit",
         "+model.bad_build._target_=plugins.models.FailsToBuild",
+        quick=True,
     )
     assert proc.returncode == 1, proc.stderr
     assert "model 'bad_fit' FAILED" in proc.stdout and "deliberate failure in fit" in proc.stdout
@@ -58,13 +42,14 @@ def test_failing_models_leave_the_others_logged(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_plugin_class_from_a_package_with_parameters(tmp_path: Path) -> None:
-    proc = run_harness(
+def test_plugin_class_from_a_package_with_parameters(harness_cli, tmp_path: Path) -> None:
+    proc = harness_cli.run(
         tmp_path,
         "model=[popularity]",
         "+model.mine._target_=plugins.models.MostRecent",
         "+model.mine.window_days=365",
         "tracking=none",
+        quick=True,
     )
     assert proc.returncode == 0, proc.stderr
     summary = pd.read_csv(next((tmp_path / "runs" / "results").rglob("summary.csv")), index_col=0)

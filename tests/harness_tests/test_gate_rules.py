@@ -8,11 +8,11 @@ out in the comments); end-to-end tests launch ``python -m harness`` with real Hy
 from __future__ import annotations
 
 import math
-import os
 import re
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -33,7 +33,6 @@ from harness.gate import (
 )
 
 SUITE = ("ndcg@10", "map@10", "precision@10", "recall@10", "coverage@10", "novelty@10")
-TESTS = Path(__file__).resolve().parents[1]
 BAD_WORDS = re.compile(r"\bnan\b|\binf\b|nan%|inf%", re.IGNORECASE)
 
 
@@ -343,18 +342,11 @@ def test_exit_codes_are_distinct() -> None:
 # ---------------------------------------------------------------- end to end
 
 
-def harness(cwd: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    """``python -m harness experiment=quick tracking=none ...`` in ``cwd`` (plug-in models of
+@pytest.fixture
+def harness(harness_cli: Any) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``python -m harness experiment=quick tracking=none ...`` in a folder (plug-in models of
     ``tests/plugins`` importable)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "harness", "experiment=quick", "progress=false", "tracking=none",
-         *overrides],
-        cwd=cwd, capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+    return lambda cwd, *overrides: harness_cli.run(cwd, "tracking=none", *overrides, quick=True)
 
 
 def fitted_anything(cwd: Path) -> bool:
@@ -377,7 +369,9 @@ def gate_lines(stdout: str) -> list[str]:
         ("compare.baseline=als", "error: compare.baseline='als' is not among the selected"),
     ],
 )
-def test_config_errors_exit_2_before_any_model_runs(tmp_path: Path, override, start) -> None:
+def test_config_errors_exit_2_before_any_model_runs(
+    harness, tmp_path: Path, override, start
+) -> None:
     proc = harness(tmp_path, override)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(start) and len(proc.stderr.strip().splitlines()) == 1
@@ -386,7 +380,7 @@ def test_config_errors_exit_2_before_any_model_runs(tmp_path: Path, override, st
 
 
 @pytest.mark.slow
-def test_baseline_that_failed_with_enforce_exits_no_decision(tmp_path: Path) -> None:
+def test_baseline_that_failed_with_enforce_exits_no_decision(harness, tmp_path: Path) -> None:
     proc = harness(
         tmp_path,
         "model=[popularity]",
@@ -400,7 +394,7 @@ def test_baseline_that_failed_with_enforce_exits_no_decision(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_empty_cold_segment_is_inconclusive_not_go(tmp_path: Path) -> None:
+def test_empty_cold_segment_is_inconclusive_not_go(harness, tmp_path: Path) -> None:
     # every evaluated user has >= 1 training event (unseen users are dropped), so with
     # cold_max_events=0 the cold segment is empty
     proc = harness(
@@ -419,7 +413,7 @@ def test_empty_cold_segment_is_inconclusive_not_go(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_default_run_gates_only_the_candidates(tmp_path: Path) -> None:
+def test_default_run_gates_only_the_candidates(harness, tmp_path: Path) -> None:
     proc = harness(tmp_path)  # random, popularity, item_knn; baseline popularity
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -440,7 +434,7 @@ def test_default_run_gates_only_the_candidates(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_strict_gate_reasons_have_no_nan(tmp_path: Path) -> None:
+def test_strict_gate_reasons_have_no_nan(harness, tmp_path: Path) -> None:
     proc = harness(tmp_path, "gate=strict", "gate.sanity=[]")
     assert proc.returncode == 0, proc.stderr
     lines = gate_lines(proc.stdout)
@@ -452,7 +446,7 @@ def test_strict_gate_reasons_have_no_nan(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_split_that_drops_most_test_users_warns_with_counts(tmp_path: Path) -> None:
+def test_split_that_drops_most_test_users_warns_with_counts(harness, tmp_path: Path) -> None:
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
@@ -518,18 +512,16 @@ def test_terminal_block_has_no_nan_and_marks_sanity_baselines() -> None:
 
 
 @pytest.mark.slow
-def test_user_group_gap_is_reported_with_its_ci(tmp_path: Path) -> None:
+def test_user_group_gap_is_reported_with_its_ci(harness, tmp_path: Path) -> None:
     """compare.user_groups: the printed gap equals the group means recomputed from the saved
     per-user table, for the baseline and the candidate, and lies inside its interval."""
     groups = tmp_path / "groups.csv"
     pd.DataFrame(
         {"user": range(2000), "group": ["even" if u % 2 == 0 else "odd" for u in range(2000)]}
     ).to_csv(groups, index=False)
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "experiment=quick", "tracking=none", "progress=false",
-         "gate=none", "model=[popularity,item_knn]", f"compare.user_groups={groups}",
-         f"runs_dir={tmp_path / 'runs'}"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False,
+    proc = harness(
+        tmp_path, "gate=none", "model=[popularity,item_knn]", f"compare.user_groups={groups}",
+        f"runs_dir={tmp_path / 'runs'}",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if "user-group gap of ndcg@10" in x)

@@ -4,7 +4,6 @@ updates in a log; MLflow readable at a glance; a multirun's table and sweep run.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,18 +20,6 @@ LOG_LINE = re.compile(
     r"(^(DEBUG|INFO|WARNING):[\w.]+:)|(\b(mlflow|alembic|matplotlib)[\w.]*: )"
 )
 STAGES = ("load", "split", "candidates", "comparison", "report", "logging", "total")
-
-
-def _harness(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI as a user runs it, output to pipes (not a terminal), a fresh store in ``cwd``."""
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={k: v for k, v in os.environ.items() if k != "MLFLOW_LOGGING_LEVEL"},
-    )
 
 
 def _stage_rows(stdout: str) -> dict[str, tuple[float, float]]:
@@ -66,8 +53,11 @@ def test_stage_table_lists_steps_in_order_with_a_total() -> None:
 
 
 @pytest.mark.slow
-def test_default_run_is_quiet_shows_steps_and_is_readable_in_mlflow(tmp_path: Path) -> None:
-    done = _harness(tmp_path, "experiment=quick")
+def test_default_run_is_quiet_shows_steps_and_is_readable_in_mlflow(
+    harness_cli, tmp_path: Path
+) -> None:
+    # output to pipes (not a terminal), a fresh store in tmp_path, no MLFLOW_LOGGING_LEVEL
+    done = harness_cli.run(tmp_path, "experiment=quick", timeout=600)
     assert done.returncode == 0, done.stderr
     output = done.stdout + done.stderr
     noisy = [line for line in output.splitlines() if LOG_LINE.search(line)]
@@ -130,9 +120,10 @@ def test_default_run_is_quiet_shows_steps_and_is_readable_in_mlflow(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_multirun_ends_with_one_table_and_one_sweep_run(tmp_path: Path) -> None:
-    done = _harness(
-        tmp_path, "-m", "experiment=quick", "compare=none", "name=sweep", "model=popularity,random"
+def test_multirun_ends_with_one_table_and_one_sweep_run(harness_cli, tmp_path: Path) -> None:
+    done = harness_cli.run(
+        tmp_path, "-m", "experiment=quick", "compare=none", "name=sweep", "model=popularity,random",
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     assert not [line for line in (done.stdout + done.stderr).splitlines() if LOG_LINE.search(line)]

@@ -9,16 +9,14 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from support import HarnessCli, MlflowServer, free_port
 
 from harness.folders import (
     COMPLETE,
@@ -36,42 +34,11 @@ pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy i
 QUICK = ["experiment=quick", "progress=false", "compare=none"]
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_TEST_")}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
-def _harness(cwd: Path, *args: str, **popen: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "harness", *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **popen,  # type: ignore[call-overload]
-    )
-
-
-def _run(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(),
-    )
+CLI = HarnessCli()
 
 
 def _log(folder: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.log", str(folder), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_env(),
-    )
+    return CLI.run(cwd, str(folder), *args, module="harness.log")
 
 
 def _folder_of(stdout: str, cwd: Path) -> Path:
@@ -95,9 +62,8 @@ def _interrupted(
 ) -> tuple[str, str]:
     """Run the quick experiment (local tracking) with ``overrides``, send ``sig`` once it pauses
     at ``stage``, check it exits with ``exit_code``; return its stdout and its one error line."""
-    proc = _harness(
-        cwd, *QUICK, "tracking=local", *overrides, env=_env(HARNESS_TEST_PAUSE_AT=stage)
-    )
+    pause = {"HARNESS_TEST_PAUSE_AT": stage}
+    proc = CLI.start(cwd, *QUICK, "tracking=local", *overrides, env=pause)
     _wait_paused(proc, stage)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
@@ -252,7 +218,7 @@ def test_store_created_by_several_processes_at_once(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_multirun_jobs_get_their_own_folders_and_log_their_own_files(tmp_path: Path) -> None:
-    proc = _run(
+    proc = CLI.run(
         tmp_path,
         "-m",
         *QUICK,
@@ -296,8 +262,8 @@ def test_multirun_jobs_get_their_own_folders_and_log_their_own_files(tmp_path: P
 def test_two_runs_at_once_on_an_empty_folder(tmp_path: Path) -> None:
     args = [*QUICK, "tracking=local", "name=same"]
     procs = [
-        _harness(tmp_path, *args, "model=[popularity,item_knn]", env=_env()),
-        _harness(tmp_path, *args, "model=[popularity,random]", env=_env()),
+        CLI.start(tmp_path, *args, "model=[popularity,item_knn]"),
+        CLI.start(tmp_path, *args, "model=[popularity,random]"),
     ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
@@ -391,18 +357,18 @@ def _assert_logged_once(uri: str, experiment: str, folder: Path, parent_id: str)
 
 def test_unusable_runs_dir_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("not a folder")
-    proc = _run(tmp_path, *QUICK, "tracking=none", "runs_dir=afile")
+    proc = CLI.run(tmp_path, *QUICK, "tracking=none", "runs_dir=afile")
     assert proc.returncode == 2
     assert "afile" in _one_error_line(proc.stderr)
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "results").write_text("not a folder")
-    proc = _run(tmp_path, *QUICK, "tracking=none")
+    proc = CLI.run(tmp_path, *QUICK, "tracking=none")
     assert proc.returncode == 2
     assert "runs/results" in _one_error_line(proc.stderr)
     (tmp_path / "runs" / "results").unlink()
     (tmp_path / "runs" / "results").mkdir()
     (tmp_path / "runs" / "results" / "blocked").write_text("a file where the name folder goes")
-    proc = _run(tmp_path, *QUICK, "tracking=none", "name=blocked", "model=[popularity]")
+    proc = CLI.run(tmp_path, *QUICK, "tracking=none", "name=blocked", "model=[popularity]")
     assert proc.returncode == 2
     line = _one_error_line(proc.stderr)
     assert "runs/results/blocked" in line and "a file is in the way" in line
@@ -417,12 +383,12 @@ def test_full_disk_is_one_line(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
 
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", *QUICK, "tracking=none", "model=[popularity]"],
+        CLI.command((*QUICK, "tracking=none", "model=[popularity]"), False, "harness"),
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
-        env=_env(),
+        env=CLI.env(),
         preexec_fn=limit,
     )
     assert proc.returncode == 2, proc.stderr
@@ -435,7 +401,7 @@ def test_read_only_runs_dir_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "ro").mkdir()
     (tmp_path / "ro").chmod(0o555)
     try:
-        proc = _run(tmp_path, *QUICK, "tracking=none", "runs_dir=ro")
+        proc = CLI.run(tmp_path, *QUICK, "tracking=none", "runs_dir=ro")
     finally:
         (tmp_path / "ro").chmod(0o755)
     assert proc.returncode == 2
@@ -445,97 +411,21 @@ def test_read_only_runs_dir_is_one_line(tmp_path: Path) -> None:
 # ------------------------------------------------------------------- a real tracking server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-class _Server:
-    """``mlflow server`` on 127.0.0.1 with a sqlite store in ``where``; stop() and start() again
-    on the same port and store."""
-
-    def __init__(self, where: Path) -> None:
-        self.where, self.port = where, _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        log = (self.where / "server.log").open("a")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "mlflow",
-                "server",
-                "--backend-store-uri",
-                f"sqlite:///{self.where}/srv.db",
-                "--artifacts-destination",
-                str(self.where / "art"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--workers",
-                "1",
-            ],
-            cwd=self.where,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-        )
-        deadline = time.monotonic() + 90
-        while not _healthy(self.url):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail((self.where / "server.log").read_text()[-3000:])
-            time.sleep(0.5)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=20)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[_Server]:
-    where = tmp_path / "server"
-    where.mkdir()
-    srv = _Server(where)
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
 @pytest.mark.slow
 def test_server_stopped_mid_logging_then_harness_log_recovers(
-    server: _Server, tmp_path: Path
+    mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
+    server = mlflow_server
     work, resume = tmp_path / "work", tmp_path / "resume"
     work.mkdir()
-    proc = _harness(
+    proc = CLI.start(
         work,
         *QUICK,
         "tracking=server",
         f"tracking.uri={server.url}",
         "name=lost",
         "model=[popularity,random]",
-        env=_env(HARNESS_TEST_PAUSE_AT="logging random", HARNESS_TEST_RESUME_FILE=str(resume)),
+        env={"HARNESS_TEST_PAUSE_AT": "logging random", "HARNESS_TEST_RESUME_FILE": str(resume)},
     )
     _wait_paused(proc, "logging random")
     server.stop()
@@ -561,8 +451,8 @@ def test_server_stopped_mid_logging_then_harness_log_recovers(
 
 @pytest.mark.slow
 def test_refused_tracking_connection_fails_fast_with_one_line(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
-    proc = _run(
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    proc = CLI.run(
         tmp_path,
         *QUICK,
         "tracking=server",

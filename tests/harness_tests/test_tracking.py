@@ -5,19 +5,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import HarnessCli, MlflowServer
 
 import metrics
 from harness.tracking import Tracker, configure_http, flatten, metric_key
@@ -332,101 +326,32 @@ def test_replay_from_the_saved_plan_is_idempotent_and_completes(tmp_path: Path) 
 # --------------------------------------------------------------- a real MLflow tracking server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-            return resp.status == 200 and resp.read().strip() == b"OK"
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def mlflow_server(tmp_path: Path) -> Iterator[str]:
-    """``mlflow server`` on 127.0.0.1:<free port> with sqlite and proxied artifacts in tmp_path."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "server.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{tmp_path}/srv.db",
-            "--artifacts-destination",
-            str(tmp_path / "art"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not _healthy(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                tail = (tmp_path / "server.log").read_text()[-3000:]
-                pytest.fail(f"mlflow server did not become healthy (exit {proc.poll()}):\n{tail}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
-        log.close()
-
-
 @pytest.mark.slow
-def test_cli_logs_to_a_real_tracking_server(mlflow_server: str, tmp_path: Path) -> None:
+def test_cli_logs_to_a_real_tracking_server(
+    harness_cli: HarnessCli, mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
     from mlflow import MlflowClient
 
+    url = mlflow_server.url
     work = tmp_path / "work"
-    work.mkdir()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "dataset.n_users=300",
-            "dataset.n_items=200",
-            "dataset.n_events=6000",
-            "progress=false",
-            "model=[random,popularity]",
-            "tracking=server",
-            f"tracking.uri={mlflow_server}",
-        ],
-        cwd=work,
-        capture_output=True,
-        text=True,
+    proc = harness_cli.run(
+        work,
+        "dataset.n_users=300",
+        "dataset.n_items=200",
+        "dataset.n_events=6000",
+        "progress=false",
+        "model=[random,popularity]",
+        "tracking=server",
+        f"tracking.uri={url}",
         timeout=240,
-        env={**os.environ, "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"},
+        env={"MLFLOW_HTTP_REQUEST_TIMEOUT": "60"},
     )
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     assert not (work / "runs" / "mlflow.db").exists()  # nothing logged locally
     folder = work / re.search(r"^results: (.+)$", proc.stdout, re.MULTILINE).group(1).strip()
     local = pd.read_csv(folder / "summary.csv", index_col="model")
 
-    client = MlflowClient(tracking_uri=mlflow_server)
+    client = MlflowClient(tracking_uri=url)
     exp = client.get_experiment_by_name("offline-eval")
     assert exp is not None
     runs = client.search_runs([exp.experiment_id])
@@ -456,4 +381,4 @@ def test_cli_logs_to_a_real_tracking_server(mlflow_server: str, tmp_path: Path) 
     saved = pd.read_parquet(folder / "popularity" / "per_user.parquet")
     pd.testing.assert_frame_equal(per_user, saved)
     # the server stored the artifacts under its --artifacts-destination
-    assert list((tmp_path / "art").rglob("per_user.parquet"))
+    assert list((tmp_path / "server" / "art").rglob("per_user.parquet"))

@@ -474,22 +474,8 @@ def test_group_gap_means_and_ci() -> None:
 # -------------------------------------------------------------------- gate guardrail (e2e)
 
 
-def _harness(cwd, *args):
-    import subprocess
-    import sys
-
-    cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(
-        [sys.executable, "-m", "harness", "experiment=quick", "progress=false", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 @pytest.mark.slow
-def test_diversity_guardrail_end_to_end(tmp_path) -> None:
+def test_diversity_guardrail_end_to_end(harness_cli, tmp_path) -> None:
     """``python -m harness`` with a ``diversity@10`` guardrail: per-user diversity matches a
     pairwise loop over the saved top-10 lists and the synthetic item categories, and the gate
     passes a wide margin (GO, exit 0) and fails a tight one (NO_GO, exit 10)."""
@@ -503,7 +489,9 @@ def test_diversity_guardrail_end_to_end(tmp_path) -> None:
     jobs = {"wide": rule.format(0.5), "tight": rule.format(0.01)}
     with ThreadPoolExecutor(2) as pool:
         futures = {
-            name: pool.submit(_harness, tmp_path / name, *common, arg, "gate.gsb=null")
+            name: pool.submit(
+                harness_cli.run, tmp_path / name, *common, arg, "gate.gsb=null", quick=True
+            )
             for name, arg in jobs.items()
         }
         done = {name: f.result() for name, f in futures.items()}
