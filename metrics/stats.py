@@ -39,6 +39,7 @@ __all__ = [
     "BootstrapResult",
     "GSBBootstrapResult",
     "MDEResult",
+    "PairMoments",
     "PairedComparison",
     "RandomizationResult",
     "TTestResult",
@@ -46,6 +47,7 @@ __all__ = [
     "adjust",
     "benjamini_hochberg",
     "compare",
+    "compare_from_moments",
     "compare_many",
     "effect_size",
     "gsb_bootstrap",
@@ -53,6 +55,8 @@ __all__ = [
     "minimum_detectable_effect",
     "normal_interval",
     "normal_ok",
+    "normal_ok_from_moments",
+    "pair_moments",
     "paired_bootstrap",
     "paired_t_test",
     "randomization_test",
@@ -335,24 +339,35 @@ def _mean_sd(d: np.ndarray) -> tuple[float, float]:
     return float(d.mean()), sd
 
 
-def _t_test(d: np.ndarray, ms: tuple[float, float] | None = None) -> tuple[float, int, float]:
-    n = d.size
+def _t_from(n: int, mean: float, sd: float) -> tuple[float, int, float]:
+    """Paired t statistic, df and two-sided p of ``n`` differences with this mean and sd."""
     if n < 2:
         return float("nan"), n - 1, float("nan")
-    mean, sd = ms or _mean_sd(d)
     if sd == 0:  # zero variance: a certain difference, or none at all
         return (float(np.copysign(np.inf, mean)), n - 1, 0.0) if mean else (0.0, n - 1, 1.0)
     t = mean / (sd / np.sqrt(n))
     return float(t), n - 1, float(2 * _st.t.sf(abs(t), n - 1))
 
 
-def _d_z(d: np.ndarray, ms: tuple[float, float] | None = None) -> float:
+def _t_test(d: np.ndarray, ms: tuple[float, float] | None = None) -> tuple[float, int, float]:
     if d.size < 2:
+        return _t_from(d.size, float("nan"), float("nan"))
+    return _t_from(d.size, *(ms or _mean_sd(d)))
+
+
+def _d_z_from(n: int, mean: float, sd: float) -> float:
+    """Cohen's d_z of ``n`` differences with this mean and sd."""
+    if n < 2:
         return float("nan")
-    mean, sd = ms or _mean_sd(d)
     if sd == 0:
         return float(np.copysign(np.inf, mean)) if mean else 0.0
     return mean / sd
+
+
+def _d_z(d: np.ndarray, ms: tuple[float, float] | None = None) -> float:
+    if d.size < 2:
+        return float("nan")
+    return _d_z_from(d.size, *(ms or _mean_sd(d)))
 
 
 def _mde(
@@ -602,20 +617,114 @@ def gsb_bootstrap(
     return GSBBootstrapResult(g, g.delta, _percentile_ci(res, confidence), confidence, n_resamples)
 
 
-def _skew_of_mean_ok(x: np.ndarray) -> bool:
-    """Whether the mean of ``x`` is close enough to normal: ``|skewness|/√n <= 0.05``, so the
-    normal interval's skew error stays under ~3% of the standard error (constant ``x``: yes)."""
-    centred = x - x.mean()
-    square = centred * centred
-    m2 = float(square.sum()) / x.size
-    if m2 == 0:
-        return True
-    skew = float(np.dot(square, centred)) / x.size / m2**1.5
-    return abs(skew) / np.sqrt(x.size) <= _MAX_SKEW_OF_MEAN
+@dataclass(frozen=True)
+class PairMoments:
+    """Sufficient statistics of one metric's pairs for the normal-path comparison: what an
+    engine that can only aggregate (Spark, SQL) computes per metric and segment to get the
+    :class:`PairedComparison` of ``compare_many`` at and above ``NORMAL_MIN_N``.
+
+    Over the ``n`` pairs with a value on both sides (``a`` baseline, ``b`` candidate, per-pair
+    difference ``d = b − a``; ``dropped`` pairs had a NaN): ``sum_a = Σa``, ``sum_b = Σb``,
+    ``sum_d = Σd``; ``min_d``, ``max_d``; the GSB counts ``good`` and ``bad`` (``same`` is the
+    rest, by the rule of :func:`metrics.gsb`); and the power sums of ``A = a − center_a`` and
+    ``D = d − center_d``: ``sum_aa = ΣA²``, ``sum_dd = ΣD²``, ``sum_ad = ΣA·D`` (the variances
+    and the delta method), ``sum_aaa = ΣA³``, ``sum_ddd = ΣD³``, ``sum_dda = ΣD²·A``,
+    ``sum_daa = ΣD·A²`` (the skewness that :func:`normal_ok_from_moments` checks). The centres
+    are any constants: 0 gives raw sums (one pass), the means of a first pass give sums that do
+    not lose digits when the values sit far from 0 (what :func:`pair_moments` uses).
+    """
+
+    n: int
+    sum_a: float
+    sum_b: float
+    sum_d: float
+    min_d: float
+    max_d: float
+    good: int
+    bad: int
+    sum_aa: float
+    sum_dd: float
+    sum_ad: float
+    sum_aaa: float = float("nan")
+    sum_ddd: float = float("nan")
+    sum_dda: float = float("nan")
+    sum_daa: float = float("nan")
+    center_a: float = 0.0
+    center_d: float = 0.0
+    dropped: int = 0
+
+    def _centred(self, lift: float) -> tuple[float, float, float]:
+        """``Σ(x − x̄)²``, ``Σ(x − x̄)³`` and the scale ``ΣX²`` of ``x = d − lift·a``."""
+        c, n = lift, self.n
+        s1 = (self.sum_d - n * self.center_d) - c * (self.sum_a - n * self.center_a)
+        s2 = self.sum_dd - 2 * c * self.sum_ad + c * c * self.sum_aa
+        s3 = self.sum_ddd - 3 * c * self.sum_dda + 3 * c * c * self.sum_daa - c**3 * self.sum_aaa
+        shift = s1 / n  # x̄ minus the centre the sums were taken around
+        scale = self.sum_dd + c * c * self.sum_aa
+        return s2 - n * shift * shift, s3 - 3 * shift * s2 + 2 * n * shift**3, scale
+
+    def sd(self, lift: float = 0.0) -> float:
+        """sd (ddof=1) of ``d − lift·a`` (NaN below 2 pairs; exactly 0 when every d is equal)."""
+        if self.n < 2:
+            return float("nan")
+        if lift == 0 and self.min_d == self.max_d:
+            return 0.0
+        return float(np.sqrt(max(self._centred(lift)[0], 0.0) / (self.n - 1)))
+
+    def skew_ok(self, lift: float = 0.0) -> bool:
+        """``|skewness|/√n <= 0.05`` for the mean of ``d − lift·a``, so the normal interval's
+        skew error stays under ~3% of the standard error (yes when it is constant, or its spread
+        is below 1e-12 of its scale: rounding noise)."""
+        if lift == 0 and self.min_d == self.max_d:
+            return True
+        m2, m3, scale = self._centred(lift)
+        if m2 <= 1e-12 * scale:
+            return True
+        skew = (m3 / self.n) / (m2 / self.n) ** 1.5
+        return bool(abs(skew) / np.sqrt(self.n) <= _MAX_SKEW_OF_MEAN)
+
+    def sum_squares(self) -> float:
+        """Raw ``Σd²`` (exactly 0 when every difference is 0)."""
+        if self.min_d == self.max_d == 0:
+            return 0.0
+        c = self.center_d
+        return self.sum_dd + 2 * c * (self.sum_d - self.n * c) + self.n * c * c
+
+
+def pair_moments(
+    a: object,
+    b: object,
+    *,
+    tolerance: float = 0.0,
+    relative: bool = False,
+    higher_is_better: bool = True,
+) -> PairMoments:
+    """The :class:`PairMoments` of two per-unit vectors (NaN pairs dropped), centred on the
+    means: two passes over the pairs, dot products only."""
+    va, vb, dropped = _paired(a, b)
+    g = gsb(va, vb, tolerance, relative=relative, higher_is_better=higher_is_better)
+    return _moments(va, vb, g.good, g.bad, dropped)
+
+
+def _moments(va: np.ndarray, vb: np.ndarray, good: int, bad: int, dropped: int) -> PairMoments:
+    d = vb - va
+    n = va.size
+    sum_a, sum_d = float(va.sum()), float(d.sum())
+    ca, cd = sum_a / n, sum_d / n
+    x, y = va - ca, d - cd
+    xx, yy = x * x, y * y
+    return PairMoments(
+        n=n, sum_a=sum_a, sum_b=float(vb.sum()), sum_d=sum_d, min_d=float(d.min()),
+        max_d=float(d.max()), good=good, bad=bad, sum_aa=float(np.dot(x, x)),
+        sum_dd=float(np.dot(y, y)), sum_ad=float(np.dot(x, y)), sum_aaa=float(np.dot(xx, x)),
+        sum_ddd=float(np.dot(yy, y)), sum_dda=float(np.dot(yy, x)), sum_daa=float(np.dot(xx, y)),
+        center_a=ca, center_d=cd, dropped=dropped,
+    )  # fmt: skip
 
 
 def _signs_skew_ok(good: int, bad: int, n: int) -> bool:
-    """:func:`_skew_of_mean_ok` of GSB signs (+1 good, −1 bad, 0 same) from their counts."""
+    """The skewness check of :meth:`PairMoments.skew_ok` for GSB signs (+1 good, −1 bad,
+    0 same), from their counts."""
     p, q = good / n, bad / n
     mean = p - q
     m2 = p + q - mean * mean
@@ -625,16 +734,17 @@ def _signs_skew_ok(good: int, bad: int, n: int) -> bool:
     return abs(m3 / m2**1.5) / np.sqrt(n) <= _MAX_SKEW_OF_MEAN
 
 
-def _normal_ok(va: np.ndarray, d: np.ndarray, g: GSB) -> bool:
-    """The CLT conditions :func:`normal_ok` checks, on prepared vectors."""
-    square = d * d
-    total = float(square.sum())
-    if total > 0 and float(square.max()) > _MAX_FLIP_SHARE * total:
+def normal_ok_from_moments(m: PairMoments) -> bool:
+    """:func:`normal_ok` from the sums: no unit holds more than 1% of ``Σd²`` (from ``min_d``
+    and ``max_d``), and the skewness of ``d``, the GSB signs and ``d − lift·a`` is small (needs
+    the third-power sums)."""
+    total = m.sum_squares()
+    if total > 0 and max(m.min_d * m.min_d, m.max_d * m.max_d) > _MAX_FLIP_SHARE * total:
         return False
-    if not _signs_skew_ok(g.good, g.bad, d.size) or not _skew_of_mean_ok(d):
+    if not _signs_skew_ok(m.good, m.bad, m.n) or not m.skew_ok():
         return False
-    mean_a = float(va.mean())
-    return mean_a == 0 or _skew_of_mean_ok(d - (float(d.mean()) / mean_a) * va)
+    mean_a = m.sum_a / m.n
+    return mean_a == 0 or m.skew_ok((m.sum_d / m.n) / mean_a)
 
 
 def normal_ok(
@@ -653,36 +763,61 @@ def normal_ok(
     >>> normal_ok([0.0] * 1000, [1.0] + [0.0] * 999)   # one unit is the whole difference
     False
     """
-    va, vb, _ = _paired(a, b)
-    return _normal_ok(
-        va, vb - va, gsb(va, vb, tolerance, relative=relative, higher_is_better=higher_is_better)
+    return normal_ok_from_moments(
+        pair_moments(
+            a, b, tolerance=tolerance, relative=relative, higher_is_better=higher_is_better
+        )
     )
 
 
-def _normal_ci(
-    x: np.ndarray, z: float, ms: tuple[float, float] | None = None
-) -> tuple[float, float]:
-    """``mean ± z·sd/√n`` (ddof=1) of ``x``."""
-    mean = float(x.mean())
-    half = float(z * (ms or _mean_sd(x))[1] / np.sqrt(x.size)) if x.size > 1 else float("nan")
-    return mean - half, mean + half
-
-
-def _lift_normal_ci(va: np.ndarray, d: np.ndarray, lift: float, z: float) -> tuple[float, float]:
-    """Delta-method interval of ``mean d / mean a``: ``lift ± z·sd(d − lift·a)/(√n·|mean a|)``."""
-    if np.isnan(lift):
-        return (float("nan"), float("nan"))
-    half = float(z * _mean_sd(d - lift * va)[1] / (np.sqrt(va.size) * abs(float(va.mean()))))
-    return lift - half, lift + half
-
-
-def _flip_normal_p(d: np.ndarray) -> float:
-    """Two-sided p of the sign-flip test from its normal approximation: ``Σ s_i·d_i`` has mean 0
-    and variance ``Σd²`` over random signs, so ``p = 2·Φ(−|Σd|/√Σd²)`` (1 when every d is 0)."""
-    square = float(np.dot(d, d))
-    if square == 0:
-        return 1.0
-    return float(min(1.0, 2 * _st.norm.sf(abs(float(d.sum())) / np.sqrt(square))))
+def compare_from_moments(
+    m: PairMoments, *, confidence: float = 0.95, alpha: float = 0.05, power: float = 0.8
+) -> PairedComparison:
+    """The normal-path :class:`PairedComparison` (``compare_many(method="normal")``) from the
+    sums alone: ``diff ± z·sd(d)/√n``, the delta-method lift ``lift ± z·sd(d − lift·a)/(√n·|mean
+    a|)``, ΔGSB ``± z·sd(signs)/√n`` (from the counts), the normal sign-flip p
+    ``2·Φ(−|Σd|/√Σd²)``, the paired t-test, d_z, the MDE and the exact sign test. Only
+    ``n, sum_a, sum_b, sum_d, min_d, max_d, good, bad, sum_aa, sum_dd, sum_ad`` (and the
+    centres) are read; the third-power sums serve :func:`normal_ok_from_moments`.
+    """
+    confidence = require_range("confidence", confidence, 0, 1, closed="neither")
+    alpha = require_range("alpha", alpha, 0, 1, closed="neither")
+    power = require_range("power", power, 0, 1, closed="neither")
+    n = require_int("n", m.n, 1)
+    z = float(_st.norm.ppf(0.5 + confidence / 2))
+    root = float(np.sqrt(n))
+    mean_a, diff = m.sum_a / n, m.sum_d / n
+    sd = m.sd()
+    half = z * sd / root
+    lift = _lift(diff, mean_a)
+    lift_ci = (float("nan"), float("nan"))
+    if not np.isnan(lift):
+        lift_half = z * m.sd(lift) / (root * abs(mean_a))
+        lift_ci = (lift - lift_half, lift + lift_half)
+    same = n - m.good - m.bad
+    g = GSB(m.good, same, m.bad, (m.good - m.bad) / n, m.dropped)
+    sign_mean = (m.good - m.bad) / n
+    if n < 2:
+        sign_sd = float("nan")
+    elif max(m.good, m.bad, same) == n:
+        sign_sd = 0.0
+    else:
+        sq = m.good * (1 - sign_mean) ** 2 + m.bad * (1 + sign_mean) ** 2 + same * sign_mean**2
+        sign_sd = float(np.sqrt(sq / (n - 1)))
+    sign_half = z * sign_sd / root
+    square = m.sum_squares()
+    z_flip = abs(m.sum_d) / np.sqrt(square) if square else 0.0
+    p_rand = 1.0 if square == 0 else min(1.0, 2 * float(_st.norm.sf(z_flip)))
+    t, df, p_t = _t_from(n, diff, sd)
+    mde = float((_st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power)) * sd / root)
+    return PairedComparison(
+        n=n, dropped=m.dropped, mean_a=mean_a, mean_b=m.sum_b / n, diff=diff,
+        diff_ci=(diff - half, diff + half), lift=lift, lift_ci=lift_ci, p_randomization=p_rand,
+        t=t, df=df, p_t=p_t, p_sign=sign_test(m.good, m.bad), effect_size=_d_z_from(n, diff, sd),
+        mde=mde, mde_rel=_lift(mde, abs(mean_a)), gsb=g,
+        gsb_ci=(sign_mean - sign_half, sign_mean + sign_half), confidence=confidence,
+        n_resamples=0, method="normal",
+    )  # fmt: skip
 
 
 def normal_interval(a: object, b: object, *, confidence: float = 0.95) -> BootstrapResult:
@@ -695,14 +830,10 @@ def normal_interval(a: object, b: object, *, confidence: float = 0.95) -> Bootst
     (0.25, (-0.239991, 0.739991))
     """
     confidence = require_range("confidence", confidence, 0, 1, closed="neither")
-    va, vb, dropped = _paired(a, b)
-    d = vb - va
-    z = float(_st.norm.ppf(0.5 + confidence / 2))
-    value_a, diff = float(va.mean()), float(d.mean())
-    lift = _lift(diff, value_a)
+    c = compare_from_moments(pair_moments(a, b), confidence=confidence)
     return BootstrapResult(
-        value_a, float(vb.mean()), diff, _normal_ci(d, z), lift, _lift_normal_ci(va, d, lift, z),
-        va.size, dropped, "mean", confidence, 0,
+        c.mean_a, c.mean_b, c.diff, c.diff_ci, c.lift, c.lift_ci, c.n, c.dropped, "mean",
+        confidence, 0,
     )  # fmt: skip
 
 
@@ -721,14 +852,27 @@ def _checked_settings(
 
 @dataclass
 class _Prepared:
-    """One metric's pairs ready for :func:`_finish`: vectors, GSB and the chosen method."""
+    """One metric's pairs ready for :func:`_finish`: vectors, GSB, the chosen method, and the
+    sums of the normal path (None on the bootstrap path)."""
 
     va: np.ndarray
     vb: np.ndarray
     dropped: int
     g: GSB
-    signs: np.ndarray
-    normal: bool
+    moments: PairMoments | None
+    tolerance: float
+    relative: bool
+    hib: bool
+
+    @property
+    def normal(self) -> bool:
+        """Whether the intervals come from the normal path."""
+        return self.moments is not None
+
+    @property
+    def signs(self) -> np.ndarray:
+        """Per unit +1 (good), 0 (same), −1 (bad), for the resampled ΔGSB."""
+        return _gsb_signs(self.va, self.vb, self.tolerance, self.relative, self.hib)
 
 
 def _prepare(
@@ -736,11 +880,12 @@ def _prepare(
 ) -> _Prepared:
     va, vb, dropped = _paired(a, b)
     g = replace(gsb(va, vb, tolerance, relative=relative, higher_is_better=hib), excluded=dropped)
-    signs = _gsb_signs(va, vb, tolerance, relative, hib)
-    normal = method == "normal" or (
-        method == "auto" and va.size >= NORMAL_MIN_N and _normal_ok(va, vb - va, g)
-    )
-    return _Prepared(va, vb, dropped, g, signs, normal)
+    moments = None
+    if method == "normal" or (method == "auto" and va.size >= NORMAL_MIN_N):
+        moments = _moments(va, vb, g.good, g.bad, dropped)
+        if method == "auto" and not normal_ok_from_moments(moments):
+            moments = None
+    return _Prepared(va, vb, dropped, g, moments, tolerance, relative, hib)
 
 
 def _finish(
@@ -753,28 +898,25 @@ def _finish(
     power: float,
 ) -> PairedComparison:
     """The comparison from resampled means ``res`` (columns a, d, signs) and the sampled p, or,
-    when ``p.normal``, from normal intervals."""
+    when ``p.normal``, from its sums (:func:`compare_from_moments`)."""
+    if p.moments is not None:
+        return compare_from_moments(p.moments, confidence=confidence, alpha=alpha, power=power)
     va, vb, g = p.va, p.vb, p.g
     d = vb - va
     mean_a, diff = float(va.mean()), float(d.mean())
     ms = _mean_sd(d) if d.size >= 2 else None  # one pass for t, effect size, MDE and the CI
     lift = _lift(diff, mean_a)
-    if p.normal:
-        z = float(_st.norm.ppf(0.5 + confidence / 2))
-        diff_ci, gsb_ci = _normal_ci(d, z, ms), _normal_ci(p.signs, z)
-        lift_ci = _lift_normal_ci(va, d, lift, z)
-        p_rand, n_resamples = _flip_normal_p(d), 0
-    else:  # res and p_rand come with every non-normal metric (compare_many)
-        res, p_rand = np.asarray(res), float(p_rand if p_rand is not None else np.nan)
-        diff_ci, gsb_ci = (
-            _percentile_ci(res[:, 1], confidence),
-            _percentile_ci(res[:, 2], confidence),
-        )
-        lift_ci = (
-            _percentile_ci(_ratio(res[:, 1], res[:, 0]), confidence)
-            if not np.isnan(lift)
-            else (float("nan"), float("nan"))
-        )
+    # res and p_rand come with every non-normal metric (compare_many)
+    res, p_rand = np.asarray(res), float(p_rand if p_rand is not None else np.nan)
+    diff_ci, gsb_ci = (
+        _percentile_ci(res[:, 1], confidence),
+        _percentile_ci(res[:, 2], confidence),
+    )
+    lift_ci = (
+        _percentile_ci(_ratio(res[:, 1], res[:, 0]), confidence)
+        if not np.isnan(lift)
+        else (float("nan"), float("nan"))
+    )
     t, df, p_t = _t_test(d, ms)
     mde = _mde(d, mean_a, alpha, power, ms)
     return PairedComparison(
@@ -782,7 +924,7 @@ def _finish(
         diff_ci=diff_ci, lift=lift, lift_ci=lift_ci, p_randomization=p_rand, t=t, df=df,
         p_t=p_t, p_sign=sign_test(g.good, g.bad), effect_size=_d_z(d, ms), mde=mde.absolute,
         mde_rel=mde.relative, gsb=g, gsb_ci=gsb_ci, confidence=confidence,
-        n_resamples=n_resamples, method="normal" if p.normal else "bootstrap",
+        n_resamples=n_resamples, method="bootstrap",
     )  # fmt: skip
 
 
