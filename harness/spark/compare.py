@@ -1,0 +1,684 @@
+"""The comparison of :mod:`harness.compare` on Spark: per-user tables stay in Spark, the driver
+receives sums.
+
+The baseline's and the candidate's per-user tables (``user`` plus one column per metric, as
+:func:`harness.spark.evaluate_spark` writes them with ``per_user_path``) are joined on ``user``
+in Spark, stacked once per segment (``all``, the user segments of a small ``(user, segment)``
+table, the item-popularity buckets) and reduced by two Spark aggregations to a few numbers per
+segment × metric: paired count, sums, the differences' extremes, GSB good/bad counts (first
+pass), then sums of powers of the values centred on those means (second pass). From them the
+driver decides, as :func:`metrics.stats.compare_many` does, between
+
+- the normal / delta-method intervals (``n >= NORMAL_MIN_N`` pairs and :func:`stats.normal_ok`'s
+  conditions, checked from the centred moments and the largest squared difference): computed
+  from the sums, O(1) on the driver;
+- the plain paired bootstrap otherwise: only that metric's two columns of that segment are
+  collected (ordered by user, the order of the in-process per-user tables) and passed to
+  ``compare_many`` itself, so both engines give the same numbers at every size.
+
+The result is the :class:`harness.compare.PairComparison` the gate, the report and MLflow
+logging consume; ``differences`` holds the GSB metric's per-user differences only (what the
+report plots), all of them up to ``max_differences`` users, else a hashed sample of that size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as _st
+
+import metrics
+from harness.compare import CompareSpec, PairComparison, compared_metrics
+from metrics import stats
+from metrics.checks import require_columns
+from metrics.gsb import GSB
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = [
+    "SparkSegments",
+    "bucket_tables_spark",
+    "compare_models_spark",
+    "compare_spark",
+    "segments_spark",
+]
+
+_BUCKETS = ("head", "mid", "tail")  # harness.compare's item buckets, in its row order
+_SEG = "_segment"
+
+
+@dataclass(frozen=True)
+class SparkSegments:
+    """:class:`harness.compare.SegmentData` as Spark tables: ``users`` has one ``(user,
+    segment)`` row per user and user segment (segments in ``names`` order; any small table of
+    user groups will do), ``item_bucket`` one ``(item, bucket)`` row per training item (head /
+    mid / tail)."""
+
+    users: DataFrame
+    names: tuple[str, ...]
+    definitions: dict[str, str]
+    item_bucket: DataFrame | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Segments
+# ---------------------------------------------------------------------------------------------
+def _linear_quantile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """``np.quantile(np.repeat(values, counts), q)`` (linear) from the sorted distinct values
+    and their counts: the two order statistics around ``q·(n − 1)``, interpolated."""
+    n = int(counts.sum())
+    position = q * (n - 1)
+    lo = math.floor(position)
+    ends = np.cumsum(counts)
+    x_lo = float(values[np.searchsorted(ends, lo, side="right")])
+    x_hi = float(values[np.searchsorted(ends, min(lo + 1, n - 1), side="right")])
+    return x_lo + (x_hi - x_lo) * (position - lo)
+
+
+def segments_spark(train: DataFrame, test_users: DataFrame, spec: CompareSpec) -> SparkSegments:
+    """:func:`harness.compare.segment_data` on Spark: cold and heavy users among ``test_users``
+    (a table with a ``user`` column) by their ``train`` activity, and the head / mid / tail
+    buckets of the training items by popularity (ties: item id ascending). Only the histogram
+    of activity counts and the number of items reach the driver."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    require_columns(train.columns, ("user", "item"), "train")
+    require_columns(test_users.columns, ("user",), "test users")
+    counts = train.groupBy("user").agg(sf.count(sf.lit(1)).alias("_activity"))
+    activity = (
+        test_users.select("user")
+        .distinct()
+        .join(counts, "user", "left")
+        .select("user", sf.coalesce("_activity", sf.lit(0)).cast("bigint").alias("_activity"))
+    )
+    hist = pd.DataFrame(activity.groupBy("_activity").count().toPandas())
+    hist = hist.sort_values("_activity")
+    heavy_min = (
+        _linear_quantile(
+            hist["_activity"].to_numpy(np.float64), hist["count"].to_numpy(np.int64),
+            spec.heavy_quantile,
+        )
+        if len(hist)
+        else 0.0
+    )  # fmt: skip
+    act = sf.col("_activity")
+    users = (
+        activity.filter(act <= spec.cold_max_events)
+        .select("user", sf.lit("cold").alias("segment"))
+        .unionByName(
+            activity.filter(act >= max(heavy_min, 1)).select(
+                "user", sf.lit("heavy").alias("segment")
+            )
+        )
+    )
+    popularity = train.groupBy("item").agg(sf.count(sf.lit(1)).alias("_n"))
+    n_items = popularity.count()
+    n_head = int(np.ceil(spec.head_share * n_items))
+    n_tail = int(np.floor(spec.tail_share * n_items))
+    # one global order of the items (a single partition: one row per training item)
+    pos = sf.row_number().over(Window.orderBy(sf.col("_n").desc(), sf.col("item").asc())) - 1
+    bucket = (
+        sf.when(pos < n_head, "head").when(pos >= n_items - n_tail, "tail").otherwise("mid")
+        if n_tail
+        else sf.when(pos < n_head, "head").otherwise("mid")
+    )
+    item_bucket = popularity.select("item", bucket.alias("bucket"))
+    definitions = {
+        "cold": f"users with <= {spec.cold_max_events} training events",
+        "heavy": f"users with >= {heavy_min:g} training events "
+        f"(the {spec.heavy_quantile:g} quantile)",
+        "items:head": f"test items among the {spec.head_share:.0%} most popular training items",
+        "items:tail": f"test items among the {spec.tail_share:.0%} least popular",
+        "items:mid": "the other test items (and items unseen in training: tail)",
+    }
+    return SparkSegments(users, ("cold", "heavy"), definitions, item_bucket)
+
+
+def bucket_tables_spark(
+    qrels: DataFrame,
+    recs: tuple[DataFrame, DataFrame],
+    names: Sequence[str],
+    item_bucket: DataFrame,
+    folder: str | os.PathLike[str],
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, tuple[DataFrame, DataFrame]]:
+    """Per item bucket, both models' per-user metrics judged only against each user's test items
+    in that bucket (items unseen in training count as tail), as ``harness.compare`` defines
+    them: :func:`evaluate_spark` of the bucket's truth and the lists (``user, item, rank``;
+    score ``−rank``) of the users it has, written under ``folder`` as Parquet and read back.
+    A bucket without test items is left out."""
+    from pyspark.sql import functions as sf
+
+    from harness.spark.metrics import evaluate_spark
+
+    spark = qrels.sparkSession
+    judged = qrels.join(item_bucket.select("item", "bucket"), "item", "left").select(
+        "user", "item", "relevance", sf.coalesce("bucket", sf.lit("tail")).alias("bucket")
+    )
+    out: dict[str, tuple[DataFrame, DataFrame]] = {}
+    for bucket in _BUCKETS:
+        truth = judged.filter(sf.col("bucket") == bucket).select("user", "item", "relevance")
+        if truth.isEmpty():
+            continue
+        users = truth.select("user").distinct()
+        tables = []
+        for side, r in zip("ab", recs, strict=True):
+            require_columns(r.columns, ("user", "item", "rank"), "recommendations")
+            mine = r.join(users, "user", "left_semi").select(
+                "user", "item", (-sf.col("rank")).cast("double").alias("score")
+            )
+            path = os.path.join(os.fspath(folder), f"items_{bucket}_{side}")
+            evaluate_spark(
+                truth, mine, list(names), spark=spark, per_user_path=path,
+                collect_per_user=False, **dict(options or {}),
+            )  # fmt: skip
+            tables.append(spark.read.parquet(path))
+        out[bucket] = (tables[0], tables[1])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The paired table, its sums and the comparison rows
+# ---------------------------------------------------------------------------------------------
+def _values(per_user: DataFrame, names: Sequence[str], side: str, what: str) -> DataFrame:
+    """``user`` and the metric columns renamed ``a0, a1, …`` (or ``b…``) as doubles."""
+    from pyspark.sql import functions as sf
+
+    require_columns(per_user.columns, ("user",), what)
+    cols = [sf.col(f"`{n}`").cast("double").alias(f"{side}{i}") for i, n in enumerate(names)]
+    return per_user.select("user", *cols)
+
+
+def _stacked(
+    a: DataFrame,
+    b: DataFrame,
+    names: Sequence[str],
+    segments: SparkSegments | None,
+    buckets: Mapping[str, tuple[DataFrame, DataFrame]],
+    ranked: Sequence[str],
+) -> DataFrame:
+    """One row per (segment, user): ``all`` (with ``_only`` = 1 for a user of one table only),
+    each user segment, each item bucket (its ranking metrics; the others null)."""
+    from pyspark.sql import functions as sf
+
+    va = _values(a, names, "a", "baseline per-user table").withColumn("_in_a", sf.lit(1))
+    vb = _values(b, names, "b", "candidate per-user table").withColumn("_in_b", sf.lit(1))
+    both = va.join(vb, "user", "full_outer")
+    only = sf.when(sf.col("_in_a").isNull() | sf.col("_in_b").isNull(), 1).otherwise(0)
+    metric_cols = [f"{s}{i}" for s in "ab" for i in range(len(names))]
+    paired = both.select("user", *metric_cols)
+    parts = [both.select(sf.lit("all").alias(_SEG), "user", *metric_cols, only.alias("_only"))]
+    if segments is not None:
+        seg = segments.users.select("user", sf.col("segment").alias(_SEG))
+        parts.append(
+            paired.join(seg, "user").select(_SEG, "user", *metric_cols, sf.lit(0).alias("_only"))
+        )
+    for bucket, (pa, pb) in buckets.items():
+        at = [names.index(n) for n in ranked]
+        xa = _values(pa, ranked, "a", f"items:{bucket} per-user table")
+        xb = _values(pb, ranked, "b", f"items:{bucket} per-user table")
+        joined = xa.join(xb, "user")  # harness.compare: b reindexed on a, NaN pairs dropped
+        cols = [
+            sf.col(f"{s}{ranked.index(names[i])}") if i in at else sf.lit(None).cast("double")
+            for s in "ab"
+            for i in range(len(names))
+        ]
+        parts.append(
+            joined.select(
+                sf.lit(f"items:{bucket}").alias(_SEG),
+                "user",
+                *[c.alias(m) for c, m in zip(cols, metric_cols, strict=True)],
+                sf.lit(0).alias("_only"),
+            )
+        )
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
+
+
+def _pair(i: int) -> tuple[Column, Column, Column, Column]:
+    """Metric ``i``'s columns: a, b, d = b − a, and whether both are defined (not null/NaN)."""
+    from pyspark.sql import functions as sf
+
+    a, b = sf.col(f"a{i}"), sf.col(f"b{i}")
+    return a, b, b - a, a.isNotNull() & ~sf.isnan(a) & b.isNotNull() & ~sf.isnan(b)
+
+
+def _terms(
+    i: int, hib: bool, spec: CompareSpec
+) -> tuple[Column, Column, Column, Column, Column, Column]:
+    """:func:`_pair` and the GSB good / bad conditions (the rule of :func:`metrics.gsb`)."""
+    from pyspark.sql import functions as sf
+
+    a, b, d, ok = _pair(i)
+    signed = d * sf.lit(1.0 if hib else -1.0)
+    margin = (
+        sf.lit(spec.tolerance) * sf.abs(a) if spec.relative_tolerance else sf.lit(spec.tolerance)
+    )
+    return a, b, d, ok, ok & (signed > margin), ok & (signed < -margin)
+
+
+def _first_pass(rows: DataFrame, hibs: Sequence[bool], spec: CompareSpec) -> pd.DataFrame:
+    """Per segment and metric: defined values per side, pairs, sums of a, b and d, the
+    extremes of d and the GSB counts; per segment the users of one table only."""
+    from pyspark.sql import functions as sf
+
+    aggs = [
+        sf.sum("_only").alias("only"),
+        sf.min(sf.when(sf.col("_only") == 1, sf.col("user"))).alias("only_user"),
+    ]
+    for i, hib in enumerate(hibs):
+        a, b, d, ok, good, bad = _terms(i, hib, spec)
+        valid_a = a.isNotNull() & ~sf.isnan(a)
+        valid_b = b.isNotNull() & ~sf.isnan(b)
+        aggs += [
+            sf.count(sf.when(valid_a, 1)).alias(f"na{i}"),
+            sf.count(sf.when(valid_b, 1)).alias(f"nb{i}"),
+            sf.count(sf.when(ok, 1)).alias(f"n{i}"),
+            sf.sum(sf.when(ok, a)).alias(f"sa{i}"),
+            sf.sum(sf.when(ok, b)).alias(f"sb{i}"),
+            sf.sum(sf.when(ok, d)).alias(f"sd{i}"),
+            sf.min(sf.when(ok, d)).alias(f"dmin{i}"),
+            sf.max(sf.when(ok, d)).alias(f"dmax{i}"),
+            sf.count(sf.when(good, 1)).alias(f"good{i}"),
+            sf.count(sf.when(bad, 1)).alias(f"bad{i}"),
+        ]
+    return pd.DataFrame(rows.groupBy(_SEG).agg(*aggs).toPandas()).set_index(_SEG)
+
+
+_CENTRED = ("ca", "cd", "caa", "cdd", "cad", "caaa", "cddd", "cdda", "cdaa")
+
+
+def _second_pass(
+    rows: DataFrame, first: pd.DataFrame, hibs: Sequence[bool], spec: CompareSpec
+) -> pd.DataFrame:
+    """Per segment and metric: sums of powers of ``a − mean a`` and ``d − mean d`` (the means
+    of the first pass), for the variances and skewness the normal intervals need."""
+    from pyspark.sql import functions as sf
+
+    means: dict[str, Any] = {_SEG: list(first.index)}
+    for i in range(len(hibs)):
+        n = first[f"n{i}"].to_numpy(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means[f"ma{i}"] = np.where(n > 0, first[f"sa{i}"].to_numpy(np.float64) / n, 0.0)
+            means[f"md{i}"] = np.where(n > 0, first[f"sd{i}"].to_numpy(np.float64) / n, 0.0)
+    frame = pd.DataFrame(means)
+    small = rows.sparkSession.createDataFrame(frame)
+    joined = rows.join(sf.broadcast(small), _SEG)
+    aggs = []
+    for i, hib in enumerate(hibs):
+        a, _, d, ok, _, _ = _terms(i, hib, spec)
+        ac, dc = a - sf.col(f"ma{i}"), d - sf.col(f"md{i}")
+        powers = (ac, dc, ac * ac, dc * dc, ac * dc, ac * ac * ac, dc * dc * dc, dc * dc * ac,
+                  dc * ac * ac)  # fmt: skip
+        aggs += [
+            sf.sum(sf.when(ok, p)).alias(f"{name}{i}")
+            for name, p in zip(_CENTRED, powers, strict=True)
+        ]
+    out = pd.DataFrame(joined.groupBy(_SEG).agg(*aggs).toPandas()).set_index(_SEG)
+    return out.join(frame.set_index(_SEG))
+
+
+@dataclass(frozen=True)
+class _Sums:
+    """One metric of one segment reduced: what the normal intervals are computed from."""
+
+    n: int
+    mean_a: float
+    mean_b: float
+    mean_d: float
+    sum_d: float
+    d_min: float
+    d_max: float
+    good: int
+    bad: int
+    ca: float  # Σ(a − m_a), m_a: the first pass's mean (≈ 0)
+    cd: float
+    caa: float
+    cdd: float
+    cad: float
+    caaa: float
+    cddd: float
+    cdda: float
+    cdaa: float
+
+    @property
+    def same(self) -> int:
+        """Pairs neither good nor bad."""
+        return self.n - self.good - self.bad
+
+    def centred(self, lift: float) -> tuple[float, float, float]:
+        """Σ(x − x̄)², Σ(x − x̄)³ and Σx² of ``x = d − lift·a`` (``d`` alone for lift 0)."""
+        c = lift
+        s1 = self.cd - c * self.ca
+        s2 = self.cdd - 2 * c * self.cad + c * c * self.caa
+        s3 = self.cddd - 3 * c * self.cdda + 3 * c * c * self.cdaa - c**3 * self.caaa
+        shift = s1 / self.n  # x̄ minus the centre the sums were taken around
+        return s2 - self.n * shift**2, s3 - 3 * shift * s2 + 2 * self.n * shift**3, s2
+
+    def sd(self, lift: float = 0.0) -> float:
+        """sd (ddof=1) of ``d − lift·a``; exactly 0 when every ``d`` is equal (lift 0)."""
+        if lift == 0 and self.d_min == self.d_max:
+            return 0.0
+        m2 = self.centred(lift)[0]
+        return math.sqrt(max(m2, 0.0) / (self.n - 1))
+
+    def skew_ok(self, lift: float = 0.0) -> bool:
+        """``stats._skew_of_mean_ok`` of ``d − lift·a``: ``|skewness|/√n`` small enough."""
+        if lift == 0 and self.d_min == self.d_max:
+            return True
+        m2c, m3c, _ = self.centred(lift)
+        m2, m3 = m2c / self.n, m3c / self.n
+        if m2 <= 0:
+            return True
+        return abs(m3 / m2**1.5) / math.sqrt(self.n) <= stats._MAX_SKEW_OF_MEAN
+
+    def sum_squares(self) -> float:
+        """Σd² (raw); exactly 0 when every difference is 0."""
+        if self.d_min == self.d_max == 0:
+            return 0.0
+        return self.cdd + 2 * self.mean_d * self.cd + self.n * self.mean_d**2
+
+    def normal_ok(self) -> bool:
+        """:func:`metrics.stats.normal_ok` from the sums."""
+        total = self.sum_squares()
+        largest = max(self.d_min**2, self.d_max**2)
+        if total > 0 and largest > stats._MAX_FLIP_SHARE * total:
+            return False
+        if not stats._signs_skew_ok(self.good, self.bad, self.n) or not self.skew_ok():
+            return False
+        return self.mean_a == 0 or self.skew_ok(self.mean_d / self.mean_a)
+
+
+def _sums_of(first: pd.Series, second: pd.Series, i: int) -> _Sums:
+    n = int(first[f"n{i}"])
+    shift_a = float(second[f"ca{i}"]) / n
+    shift_d = float(second[f"cd{i}"]) / n
+    return _Sums(
+        n=n,
+        mean_a=float(second[f"ma{i}"]) + shift_a,
+        mean_b=float(first[f"sb{i}"]) / n,
+        mean_d=float(second[f"md{i}"]) + shift_d,
+        sum_d=float(first[f"sd{i}"]),
+        d_min=float(first[f"dmin{i}"]),
+        d_max=float(first[f"dmax{i}"]),
+        good=int(first[f"good{i}"]),
+        bad=int(first[f"bad{i}"]),
+        **{name: float(second[f"{name}{i}"]) for name in _CENTRED},
+    )
+
+
+def _normal_comparison(s: _Sums, spec: CompareSpec) -> stats.PairedComparison:
+    """``compare_many(method="normal")`` of one metric from its sums (the intervals, tests and
+    effect sizes of :func:`metrics.stats.compare`'s normal branch, with its defaults alpha 0.05
+    and power 0.8)."""
+    n, mean_a, diff = s.n, s.mean_a, s.mean_d
+    z = float(_st.norm.ppf(0.5 + spec.confidence / 2))
+    root = math.sqrt(n)
+    sd = s.sd()
+    half = z * sd / root
+    lift = stats._lift(diff, mean_a)
+    if math.isnan(lift):
+        lift_ci = (math.nan, math.nan)
+    else:
+        lift_half = z * s.sd(lift) / (root * abs(mean_a))
+        lift_ci = (lift - lift_half, lift + lift_half)
+    g = GSB(s.good, s.same, s.bad, (s.good - s.bad) / n if n else math.nan)
+    sign_mean = (s.good - s.bad) / n
+    if s.good == n or s.bad == n or s.same == n:
+        sign_sd = 0.0
+    else:
+        sq = s.good * (1 - sign_mean) ** 2 + s.bad * (1 + sign_mean) ** 2 + s.same * sign_mean**2
+        sign_sd = math.sqrt(sq / (n - 1))
+    sign_half = z * sign_sd / root
+    square = s.sum_squares()
+    p_rand = (
+        1.0 if square == 0 else float(min(1.0, 2 * _st.norm.sf(abs(s.sum_d) / math.sqrt(square))))
+    )
+    if sd == 0:
+        t, p_t = (float(np.copysign(np.inf, diff)), 0.0) if diff else (0.0, 1.0)
+        d_z = float(np.copysign(np.inf, diff)) if diff else 0.0
+    else:
+        t = diff / (sd / root)
+        p_t, d_z = float(2 * _st.t.sf(abs(t), n - 1)), diff / sd
+    mde = float((_st.norm.ppf(1 - 0.05 / 2) + _st.norm.ppf(0.8)) * sd / root)
+    return stats.PairedComparison(
+        n=n, dropped=0, mean_a=mean_a, mean_b=s.mean_b, diff=diff,
+        diff_ci=(diff - half, diff + half), lift=lift, lift_ci=lift_ci, p_randomization=p_rand,
+        t=float(t), df=n - 1, p_t=p_t, p_sign=stats.sign_test(s.good, s.bad),
+        effect_size=float(d_z), mde=mde, mde_rel=stats._lift(mde, abs(mean_a)), gsb=g,
+        gsb_ci=(sign_mean - sign_half, sign_mean + sign_half),
+        confidence=spec.confidence, n_resamples=0, method="normal",
+    )  # fmt: skip
+
+
+def _collected(
+    rows: DataFrame, segment: str, wanted: Sequence[int], names: Sequence[str],
+    hibs: Sequence[bool], spec: CompareSpec,
+) -> dict[int, stats.PairedComparison]:  # fmt: skip
+    """``compare_many`` (as ``harness.compare`` calls it) of metrics ``wanted`` of one segment,
+    on their collected pairs in user order."""
+    from pyspark.sql import functions as sf
+
+    cols = [f"{s}{i}" for i in wanted for s in "ab"]
+    frame = pd.DataFrame(
+        rows.filter(sf.col(_SEG) == segment).select("user", *cols).orderBy("user").toPandas()
+    )
+    columns: dict[str, tuple[np.ndarray, np.ndarray, bool]] = {}
+    for i in wanted:
+        va = frame[f"a{i}"].to_numpy(np.float64)
+        vb = frame[f"b{i}"].to_numpy(np.float64)
+        ok = ~(np.isnan(va) | np.isnan(vb))
+        columns[names[i]] = (va[ok], vb[ok], hibs[i])
+    results = stats.compare_many(
+        columns, tolerance=spec.tolerance, relative=spec.relative_tolerance,
+        n_resamples=spec.n_resamples, seed=spec.seed, confidence=spec.confidence,
+    )  # fmt: skip
+    return {i: results[names[i]] for i in wanted}
+
+
+def _segment_rows(
+    rows: DataFrame,
+    segment: str,
+    first: pd.Series,
+    second: pd.Series,
+    names: Sequence[str],
+    hibs: Sequence[bool],
+    spec: CompareSpec,
+    summaries: tuple[Mapping[str, float], Mapping[str, float]] | None,
+) -> list[dict[str, Any]]:
+    """The rows ``harness.compare`` writes for one segment, in its metric order."""
+    rows_of: dict[int, dict[str, Any]] = {}
+    collect: list[int] = []
+    results: dict[int, stats.PairedComparison] = {}
+    for i, name in enumerate(names):
+        if int(first[f"na{i}"]) == 0 or int(first[f"nb{i}"]) == 0:
+            if summaries is None:
+                continue
+            base, cand = summaries[0].get(name, np.nan), summaries[1].get(name, np.nan)
+            rows_of[i] = {
+                "segment": segment, "metric": name, "kind": "run-level",
+                "higher_is_better": hibs[i], "mean_a": base, "mean_b": cand,
+                "diff": cand - base, "lift": (cand - base) / base if base else np.nan, "n": np.nan,
+            }  # fmt: skip
+            continue
+        if int(first[f"n{i}"]) < 2:
+            continue
+        rows_of[i] = {}
+        sums = _sums_of(first, second, i)
+        if sums.n >= stats.NORMAL_MIN_N and sums.normal_ok():
+            results[i] = _normal_comparison(sums, spec)
+        else:
+            collect.append(i)
+    if collect:
+        results.update(_collected(rows, segment, collect, names, hibs, spec))
+    for i, res in results.items():
+        rows_of[i] = {
+            "segment": segment,
+            "metric": names[i],
+            "kind": "per-user",
+            "higher_is_better": hibs[i],
+            **res.as_dict(),
+            "method": res.method,
+        }
+    return [rows_of[i] for i in sorted(rows_of)]
+
+
+def _differences(rows: DataFrame, i: int, n: int, name: str, max_differences: int) -> pd.Series:
+    """Per-user ``b − a`` of metric ``i`` over all users (both defined), ordered by user: all
+    of them up to ``max_differences``, else a hashed sample of about that many."""
+    from pyspark.sql import functions as sf
+
+    _, _, d, ok = _pair(i)
+    mine = rows.filter((sf.col(_SEG) == "all") & ok)
+    if n > max_differences:
+        share = int(max_differences / n * 2**31)
+        mine = mine.filter(sf.pmod(sf.xxhash64("user"), sf.lit(2**31)) < share)
+    frame = pd.DataFrame(mine.select("user", d.alias("d")).orderBy("user").toPandas())
+    index = pd.Index(frame["user"].to_numpy(), name="user")
+    return pd.Series(frame["d"].to_numpy(np.float64), index=index, name=name)
+
+
+def compare_spark(
+    per_user_a: DataFrame,
+    per_user_b: DataFrame,
+    names: Sequence[str],
+    spec: CompareSpec,
+    *,
+    baseline: str = "baseline",
+    candidate: str = "candidate",
+    summaries: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
+    segments: SparkSegments | None = None,
+    buckets: Mapping[str, tuple[DataFrame, DataFrame]] | None = None,
+    max_differences: int = 200_000,
+) -> PairComparison:
+    """:func:`harness.compare.compare_pair` of two per-user Spark tables (``user`` plus one
+    column per metric): the same rows, numbers and notes, from two aggregations.
+
+    ``summaries`` (the two evaluations' summaries) give the run-level rows of whole-run metrics
+    (coverage, gini, global AUC), ``segments`` the user segments, ``buckets`` the item-bucket
+    per-user tables (:func:`bucket_tables_spark`). Users in only one table: ``ValueError``
+    naming one. ``differences`` holds the GSB metric only (see the module docstring).
+    """
+    from pyspark import StorageLevel
+
+    names = [n for n in names if n in per_user_a.columns and n in per_user_b.columns]
+    hibs = [metrics.parse(n).definition.higher_is_better for n in names]
+    ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
+    rows = _stacked(per_user_a, per_user_b, names, segments, buckets or {}, ranked)
+    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        first = _first_pass(rows, hibs, spec)
+        if "all" in first.index and int(first.loc["all", "only"]) > 0:
+            only = int(first.loc["all", "only"])
+            raise ValueError(
+                f"{baseline!r} and {candidate!r} were evaluated on different users "
+                f"({only} differ, e.g. {first.loc['all', 'only_user']!r}); "
+                "compare models on the same split"
+            )
+        second = _second_pass(rows, first, hibs, spec)
+        order = ["all", *(segments.names if segments else ()), *(f"items:{b}" for b in _BUCKETS)]
+        table_rows: list[dict[str, Any]] = []
+        for seg in order:
+            if seg in first.index:
+                table_rows += _segment_rows(
+                    rows, seg, first.loc[seg], second.loc[seg], names, hibs, spec,
+                    summaries if seg == "all" else None,
+                )  # fmt: skip
+        differences: dict[str, pd.Series] = {}
+        if spec.gsb_metric in names and "all" in first.index:
+            i = names.index(spec.gsb_metric)
+            if int(first.loc["all", f"nb{i}"]) > 0:
+                n = int(first.loc["all", f"n{i}"])
+                differences[spec.gsb_metric] = _differences(
+                    rows, i, n, spec.gsb_metric, max_differences
+                )
+    finally:
+        rows.unpersist()
+    table = pd.DataFrame(table_rows)
+    if not table.empty:  # harness.compare.compare_pair: Holm / BH within each segment
+        table["p_adjusted"] = np.nan
+        per_user = table["kind"] == "per-user"
+        for _, idx in table[per_user].groupby("segment").groups.items():
+            table.loc[idx, "p_adjusted"] = stats.adjust(
+                table.loc[idx, "p_randomization"].to_numpy(), spec.correction
+            )
+    notes: list[str] = []
+    if spec.gsb_metric not in names:
+        notes.append(f"GSB metric {spec.gsb_metric!r} is not in the compared metrics")
+    definitions = dict(segments.definitions) if segments is not None else {}
+    return PairComparison(
+        baseline, candidate, table, spec.gsb_metric, differences, notes, definitions
+    )
+
+
+def compare_models_spark(
+    per_user: Mapping[str, DataFrame],
+    summaries: Mapping[str, Mapping[str, float]],
+    suite: Sequence[str],
+    spec: CompareSpec,
+    *,
+    train: DataFrame | None = None,
+    qrels: DataFrame | None = None,
+    recs: Mapping[str, DataFrame] | None = None,
+    options: Mapping[str, Any] | None = None,
+    folder: str | os.PathLike[str] | None = None,
+) -> tuple[list[PairComparison], list[str]]:
+    """:func:`harness.compare.compare_models` on Spark: every model of ``per_user`` against
+    ``spec.baseline``. With ``spec.segments``, ``train``, ``qrels`` (``user, item,
+    relevance``), each model's top-k lists ``recs`` (``user, item, rank``) and a ``folder``
+    for the item-bucket per-user tables give the user and item-bucket segments.
+    (Human labels and the user-group gap note are not computed here.)"""
+    notes: list[str] = []
+    if not spec.baseline:
+        return [], notes
+    if spec.baseline not in per_user:
+        notes.append(
+            f"no comparison: the baseline {spec.baseline!r} was not run or failed "
+            "(choose one with compare.baseline=NAME)"
+        )
+        return [], notes
+    names = compared_metrics(list(suite), spec.metrics)
+    segments = None
+    if spec.segments and train is not None and qrels is not None:
+        segments = segments_spark(train, qrels.select("user").distinct(), spec)
+    ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
+    pairs = []
+    for name, table in per_user.items():
+        if name == spec.baseline:
+            continue
+        buckets = None
+        if segments is not None and segments.item_bucket is not None and recs is not None:
+            if spec.baseline not in recs or name not in recs:
+                raise RuntimeError(
+                    f"{spec.baseline} or {name} was evaluated without its top-k lists"
+                )
+            if folder is None or qrels is None:
+                raise ValueError("item-bucket segments need qrels= and folder=")
+            buckets = bucket_tables_spark(
+                qrels, (recs[spec.baseline], recs[name]), ranked, segments.item_bucket,
+                os.path.join(os.fspath(folder), f"{spec.baseline}_vs_{name}"), options,
+            )  # fmt: skip
+        pairs.append(
+            compare_spark(
+                per_user[spec.baseline],
+                table,
+                names,
+                spec,
+                baseline=spec.baseline,
+                candidate=name,
+                summaries=(summaries[spec.baseline], summaries[name]),
+                segments=segments,
+                buckets=buckets,
+            )
+        )
+    return pairs, notes

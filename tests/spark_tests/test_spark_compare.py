@@ -1,0 +1,265 @@
+"""The comparison on Spark (per-user tables kept in Spark, sums to the driver) gives
+``harness.compare``'s rows: every number to 1e-9, below and above ``NORMAL_MIN_N``, with user
+segments and item-bucket segments, for integer and string ids."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import metrics
+from harness.compare import CompareSpec, PairComparison, SegmentData, compare_pair, segment_data
+from harness.spark import evaluate_spark
+from harness.spark.compare import (
+    SparkSegments,
+    _linear_quantile,
+    bucket_tables_spark,
+    compare_models_spark,
+    compare_spark,
+    segments_spark,
+)
+from harness.spark.io import _frame
+from metrics.stats import NORMAL_MIN_N
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+]
+
+TOL = 1e-9
+TEXT = ("segment", "metric", "kind", "method")
+
+
+def ids(n: int, kind: str) -> np.ndarray:
+    """``n`` user ids, integers or strings (which sort differently: "u10" < "u9")."""
+    return np.arange(n) * 7 + 3 if kind == "int" else np.array([f"u{i}" for i in range(n)], object)
+
+
+def per_user_tables(n: int, kind: str, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two per-user tables on the same users, sorted by user as ``metrics.evaluate`` gives them:
+    a continuous metric, a discrete one with many ties, a lower-is-better one, a metric with
+    NaN for some users, a whole-run metric (all NaN) and one with a single large difference
+    (so that its normal interval is not trusted and it stays bootstrapped at any size)."""
+    rng = np.random.default_rng(seed)
+    base = rng.beta(2, 3, n)
+    a = pd.DataFrame(
+        {
+            "ndcg@10": base,
+            "precision@10": rng.integers(0, 4, n) / 10,
+            "rmse": rng.gamma(2.0, 0.5, n),
+            "mrr@10": np.where(rng.random(n) < 0.2, np.nan, rng.random(n)),
+            "coverage@10": np.full(n, np.nan),
+            "recall@10": rng.random(n) * 0.01,
+        },
+        index=pd.Index(ids(n, kind), name="user"),
+    )
+    b = a.copy()
+    b["ndcg@10"] = np.clip(base + rng.normal(0.01, 0.05, n), 0, 1)
+    b["precision@10"] = np.clip(a["precision@10"] + rng.integers(-1, 2, n) / 10, 0, 1)
+    b["rmse"] = a["rmse"] * rng.lognormal(-0.02, 0.1, n)
+    b["mrr@10"] = np.where(rng.random(n) < 0.1, np.nan, a["mrr@10"] + rng.normal(0, 0.1, n))
+    b["recall@10"] = a["recall@10"] + rng.random(n) * 0.001
+    b.loc[b.index[n // 2], "recall@10"] = 50.0  # holds almost all of Σd²
+    order = np.argsort(a.index.to_numpy(), kind="stable")
+    return a.iloc[order], b.iloc[order]
+
+
+def spark_table(spark: Any, table: pd.DataFrame) -> Any:
+    """A per-user table as Spark holds it (``user`` a column)."""
+    return _frame(spark, table.reset_index(), "per-user table")
+
+
+def assert_same(mine: PairComparison, ref: PairComparison, tol: float = TOL) -> None:
+    """The same rows, columns and notes; every number to ``tol`` (NaN where NaN)."""
+    assert (mine.baseline, mine.candidate, mine.gsb_metric) == (
+        ref.baseline,
+        ref.candidate,
+        ref.gsb_metric,
+    )
+    assert mine.notes == ref.notes and mine.segments == ref.segments
+    assert list(mine.table.columns) == list(ref.table.columns)
+    assert len(mine.table) == len(ref.table) > 0
+    for col in ref.table.columns:
+        x, y = mine.table[col], ref.table[col]
+        if col in TEXT or x.dtype == object or y.dtype == object:
+            assert x.tolist() == y.tolist(), col
+            continue
+        xv, yv = x.to_numpy(np.float64), y.to_numpy(np.float64)
+        assert (np.isnan(xv) == np.isnan(yv)).all(), col
+        ok = ~np.isnan(xv) & np.isfinite(yv)
+        np.testing.assert_allclose(xv[ok], yv[ok], rtol=tol, atol=tol, err_msg=col)
+        assert (xv[np.isinf(yv)] == yv[np.isinf(yv)]).all(), col
+
+
+def user_segments(a: pd.DataFrame, size: int) -> dict[str, np.ndarray]:
+    """Two overlapping user segments: every third user, and the last ``size`` users."""
+    users = a.index.to_numpy()
+    return {"cold": users[::3], "heavy": users[-size:]}
+
+
+def as_spark_segments(spark: Any, groups: dict[str, np.ndarray]) -> SparkSegments:
+    rows = pd.DataFrame(
+        {
+            "user": np.concatenate(list(groups.values())),
+            "segment": np.repeat(list(groups), [len(v) for v in groups.values()]),
+        }
+    )
+    return SparkSegments(_frame(spark, rows, "segments"), tuple(groups), {"cold": "c"})
+
+
+@pytest.mark.parametrize("kind", ["int", "str"])
+@pytest.mark.parametrize(
+    ("n", "spec"),
+    [
+        (400, CompareSpec(n_resamples=300, seed=3)),
+        (
+            400,
+            CompareSpec(n_resamples=200, tolerance=0.05, relative_tolerance=True, gsb_metric="x"),
+        ),
+        (25_000, CompareSpec(n_resamples=200, tolerance=0.01, correction="bh")),
+    ],
+    ids=["bootstrap", "relative-tolerance", "normal"],
+)
+def test_same_comparison_as_in_process(spark: Any, kind: str, n: int, spec: CompareSpec) -> None:
+    a, b = per_user_tables(n, kind)
+    names = list(a.columns)
+    summaries = ({"coverage@10": 0.4}, {"coverage@10": 0.5})
+    groups = user_segments(a, 2_000)
+    ref = compare_pair(
+        "base", "cand", (a, b), names, spec, summaries=summaries,
+        segments=SegmentData(groups, pd.Series(dtype=object), {"cold": "c"}),
+    )  # fmt: skip
+    mine = compare_spark(
+        spark_table(spark, a), spark_table(spark, b), names, spec, baseline="base",
+        candidate="cand", summaries=summaries, segments=as_spark_segments(spark, groups),
+    )  # fmt: skip
+    assert_same(mine, ref)
+    t = ref.table
+    methods = dict(zip(zip(t["segment"], t["metric"], strict=True), t["method"], strict=True))
+    if n >= NORMAL_MIN_N:  # both branches ran: normal from the sums, bootstrap collected
+        assert methods[("all", "ndcg@10")] == "normal"
+        assert methods[("all", "recall@10")] == "bootstrap"  # one user holds Σd²
+        assert methods[("heavy", "ndcg@10")] == "bootstrap"  # 2,000 users
+    else:
+        assert set(ref.table["method"].dropna()) == {"bootstrap"}
+    if spec.gsb_metric in names:
+        pd.testing.assert_series_equal(
+            mine.differences[spec.gsb_metric], ref.differences[spec.gsb_metric],
+            check_exact=False, rtol=TOL, atol=TOL, check_index_type=False,
+        )  # fmt: skip
+    else:
+        assert mine.differences == {}
+
+
+def test_different_users_is_one_line(spark: Any) -> None:
+    a, b = per_user_tables(50, "str")
+    one_line = (
+        r"^'base' and 'cand' were evaluated on different users "
+        r"\(2 differ, e\.g\. 'u0'\); compare models on the same split$"
+    )
+    with pytest.raises(ValueError, match=one_line):
+        compare_spark(
+            spark_table(spark, a.iloc[1:]), spark_table(spark, b.iloc[:-1]), ["ndcg@10"],
+            CompareSpec(), baseline="base", candidate="cand",
+        )  # fmt: skip
+
+
+def test_linear_quantile_from_counts_is_numpys() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        x = rng.integers(0, 30, int(rng.integers(1, 60)))
+        q = float(rng.random())
+        values, counts = np.unique(x, return_counts=True)
+        got = _linear_quantile(values.astype(np.float64), counts, q)
+        assert got == pytest.approx(float(np.quantile(x, q)), rel=1e-12, abs=1e-12)
+
+
+def dataset(kind: str, n_users: int = 240, n_items: int = 80, seed: int = 1) -> tuple:
+    """(train, qrels, recs of two models): top-10 lists from random scores."""
+    rng = np.random.default_rng(seed)
+    train = pd.DataFrame(
+        {
+            "user": rng.integers(0, n_users, 4_000),
+            "item": (rng.pareto(1.2, 4_000) * 5).astype(np.int64) % (n_items - 10),
+        }
+    )  # items n_items-10 .. n_items-1 are never trained on: unseen, bucketed as tail
+    users = np.repeat(np.arange(n_users), 4)
+    qrels = pd.DataFrame(
+        {"user": users, "item": rng.integers(0, n_items, users.size), "relevance": 1.0}
+    ).drop_duplicates(["user", "item"])
+    recs = []
+    for _ in range(2):
+        scores = rng.random((n_users, n_items))
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :10]
+        recs.append(
+            pd.DataFrame(
+                {
+                    "user": np.repeat(np.arange(n_users), 10),
+                    "item": top.ravel(),
+                    "rank": np.tile(np.arange(1, 11), n_users),
+                }
+            )
+        )
+    frames = [train, qrels, *recs]
+    if kind == "str":
+        for df in frames:
+            df["user"] = "u" + df["user"].astype(str)
+            df["item"] = "i" + df["item"].astype(str)
+    return frames[0], frames[1], frames[2:]
+
+
+@pytest.mark.parametrize("kind", ["int", "str"])
+def test_segments_and_item_buckets_through_the_engine(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
+    train, qrels, recs = dataset(kind)
+    names = ["ndcg@10", "recall@5", "precision@10", "coverage@10"]
+    spec = CompareSpec(n_resamples=200, cold_max_events=14, heavy_quantile=0.8)
+    runs = [r.assign(score=-r["rank"].astype(np.float64))[["user", "item", "score"]] for r in recs]
+    evs = [metrics.evaluate(qrels, run, names) for run in runs]
+    seg = segment_data(train, np.sort(qrels["user"].unique()), spec)
+    ref = compare_pair(
+        "pop", "knn", (evs[0].per_user, evs[1].per_user), names, spec,
+        summaries=(evs[0].summary, evs[1].summary), segments=seg, qrels=qrels, recs=tuple(recs),
+    )  # fmt: skip
+    assert {"cold", "heavy", "items:head", "items:mid", "items:tail"} <= set(ref.table["segment"])
+
+    q, t = _frame(spark, qrels, "qrels"), _frame(spark, train, "train")
+    tables, summaries = {}, {}
+    for name, run in zip(("pop", "knn"), runs, strict=True):
+        path = tmp_path / name
+        ev = evaluate_spark(q, run, names, spark=spark, per_user_path=path, collect_per_user=False)
+        tables[name], summaries[name] = spark.read.parquet(str(path)), ev.summary
+    sseg = segments_spark(t, q.select("user"), spec)
+    got_users = sseg.users.toPandas()
+    for name, users in seg.users.items():
+        mine = got_users.loc[got_users["segment"] == name, "user"].to_numpy()
+        assert sorted(mine.tolist()) == sorted(users.tolist()), name
+    buckets = sseg.item_bucket.toPandas() if sseg.item_bucket is not None else None
+    assert buckets is not None
+    pd.testing.assert_series_equal(
+        pd.Series(buckets["bucket"].to_numpy(), index=buckets["item"].to_numpy()).sort_index(),
+        seg.item_bucket.sort_index(),
+        check_names=False,
+        check_dtype=False,
+        check_index_type=False,
+    )
+    assert sseg.definitions == seg.definitions
+
+    srecs = {n: _frame(spark, r, "recs") for n, r in zip(("pop", "knn"), recs, strict=True)}
+    pairs, notes = compare_models_spark(
+        tables, summaries, names, replace(spec, baseline="pop"),
+        train=t, qrels=q, recs=srecs, folder=tmp_path / "buckets",
+    )  # fmt: skip
+    assert notes == [] and len(pairs) == 1
+    assert_same(pairs[0], ref)
+    direct = bucket_tables_spark(
+        q, (srecs["pop"], srecs["knn"]), ["ndcg@10"], sseg.item_bucket, tmp_path / "direct"
+    )
+    assert list(direct) == ["head", "mid", "tail"]
