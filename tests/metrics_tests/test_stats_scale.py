@@ -189,3 +189,198 @@ def test_item_buckets_equal_a_naive_evaluation() -> None:
                 row = pair.row(name, f"items:{bucket}")
                 assert row is not None
                 assert row[side] == pytest.approx(want[name], abs=1e-12)
+
+
+# --------------------------------------------------------------- the normal path from sums
+def _reference(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict[str, float]:
+    """The normal-path numbers computed the textbook way, two passes over the arrays (numpy's
+    std and cov, scipy's t-test and binomial test): independent of metrics.stats."""
+    d = b - a
+    n = d.size
+    z = st.norm.ppf(0.5 + confidence / 2)
+    sd = d.std(ddof=1)
+    lift = d.mean() / a.mean()
+    cov = np.cov(d, a)  # ddof=1
+    var_lift = cov[0, 0] - 2 * lift * cov[0, 1] + lift**2 * cov[1, 1]
+    half_lift = z * math.sqrt(var_lift) / (math.sqrt(n) * abs(a.mean()))
+    signs = np.sign(d)
+    tt = st.ttest_rel(b, a)
+    z_mde = st.norm.ppf(0.975) + st.norm.ppf(0.8)
+    return {
+        "mean_a": a.mean(),
+        "mean_b": b.mean(),
+        "diff": d.mean(),
+        "diff_ci_low": d.mean() - z * sd / math.sqrt(n),
+        "diff_ci_high": d.mean() + z * sd / math.sqrt(n),
+        "lift": lift,
+        "lift_ci_low": lift - half_lift,
+        "lift_ci_high": lift + half_lift,
+        "gsb_ci_low": signs.mean() - z * signs.std(ddof=1) / math.sqrt(n),
+        "gsb_ci_high": signs.mean() + z * signs.std(ddof=1) / math.sqrt(n),
+        "p_randomization": 2 * st.norm.sf(abs(d.sum()) / math.sqrt((d * d).sum())),
+        "t": tt.statistic,
+        "p_t": tt.pvalue,
+        "effect_size": d.mean() / sd,
+        "mde": z_mde * sd / math.sqrt(n),
+        "p_sign": st.binomtest(int((d > 0).sum()), int((d != 0).sum())).pvalue,
+    }
+
+
+def _raw_sums(a: np.ndarray, b: np.ndarray) -> stats.PairMoments:
+    """The sums one aggregation pass gives (centres 0), as an engine such as Spark sums them."""
+    d = b - a
+    return stats.PairMoments(
+        n=a.size, sum_a=a.sum(), sum_b=b.sum(), sum_d=d.sum(), min_d=d.min(), max_d=d.max(),
+        good=int((d > 0).sum()), bad=int((d < 0).sum()), sum_aa=(a * a).sum(),
+        sum_dd=(d * d).sum(), sum_ad=(a * d).sum(), sum_aaa=(a**3).sum(), sum_ddd=(d**3).sum(),
+        sum_dda=(d * d * a).sum(), sum_daa=(d * a * a).sum(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("make", [_hits, _ndcg_like], ids=["binary", "ndcg-like"])
+def test_the_normal_path_from_sums_equals_compare_many_and_the_textbook(make) -> None:
+    """compare_many(method="normal") on the arrays, compare_from_moments on one pass of raw
+    sums (what Spark aggregates) and the textbook two-pass numbers agree to 1e-12 (relative)."""
+    rng = np.random.default_rng(21)
+    a, b = make(rng, 50_000)
+    many = stats.compare_many({"m": (a, b, True)}, method="normal")["m"]
+    from_raw = stats.compare_from_moments(_raw_sums(a, b))
+    want = _reference(a, b)
+    for got in (many, from_raw):
+        flat = got.as_dict()
+        assert got.method == "normal" and got.n_resamples == 0 and got.n == a.size
+        for key, value in want.items():
+            assert flat[key] == pytest.approx(value, rel=1e-12, abs=1e-300), key
+        g = metrics.gsb(a, b)
+        assert (got.gsb.good, got.gsb.same, got.gsb.bad) == (g.good, g.same, g.bad)
+    # the sums of disjoint parts add up: two engines' partial aggregates give the same answer
+    half = a.size // 2
+    parts = [_raw_sums(a[:half], b[:half]), _raw_sums(a[half:], b[half:])]
+    merged = stats.PairMoments(
+        **{
+            f: getattr(parts[0], f) + getattr(parts[1], f)
+            for f in ("n", "sum_a", "sum_b", "sum_d", "good", "bad", "sum_aa", "sum_dd",
+                      "sum_ad", "sum_aaa", "sum_ddd", "sum_dda", "sum_daa")
+        },
+        min_d=min(p.min_d for p in parts), max_d=max(p.max_d for p in parts),
+    )  # fmt: skip
+    assert stats.compare_from_moments(merged).diff_ci == pytest.approx(many.diff_ci, rel=1e-12)
+
+
+def test_normal_ok_from_sums_decides_as_on_the_arrays() -> None:
+    """The CLT check from raw sums takes the decision the arrays give, on data that passes and
+    on sparse or skewed data that fails (one unit owns the difference; a heavy tail)."""
+    rng = np.random.default_rng(4)
+    n = stats.NORMAL_MIN_N
+    sparse_b = np.zeros(n)
+    sparse_b[:50] = 1.0
+    c = rng.random(n)
+    skewed = np.where(rng.random(n) < 0.002, rng.pareto(1.1, n) * 50, 0.0)
+    cases = [_hits(rng, n), _ndcg_like(rng, n), (np.zeros(n), sparse_b), (c, c + skewed)]
+    decisions = []
+    for a, b in cases:
+        sums = _raw_sums(a, b)
+        decision = stats.normal_ok_from_moments(sums)
+        assert decision == stats.normal_ok(a, b)
+        # by hand: the largest unit's share of Σd² and the skewness of the mean of d
+        d = b - a
+        skew_d = abs(st.skew(d)) / math.sqrt(n) if d.std() > 0 else 0.0
+        if (d * d).max() > 0.01 * (d * d).sum() or skew_d > 0.05:
+            assert not decision
+        decisions.append(decision)
+    assert decisions == [True, True, False, False]
+    # identical models: every difference is 0, exactly as the bootstrap gives it
+    same = stats.compare_from_moments(_raw_sums(c, c.copy()))
+    assert same.diff_ci == (0.0, 0.0) and same.p_randomization == 1.0 and same.t == 0.0
+
+
+def test_moments_need_a_pair() -> None:
+    with pytest.raises(ValueError, match="'n' must be"):
+        stats.compare_from_moments(stats.PairMoments(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+
+
+# ----------------------------------------------------------- item buckets in one pass
+def _bucket_inputs(text_ids: bool, seed: int = 3):
+    """Graded truth (some rows below the threshold, users with no list, listed users without
+    truth), two models' lists of uneven length in shuffled row order, and a bucket per item."""
+    rng = np.random.default_rng(seed)
+    n_users, n_items = 120, 40
+    qrels = (
+        pd.DataFrame({"user": rng.integers(0, n_users, 500), "item": rng.integers(0, 50, 500)})
+        .drop_duplicates(["user", "item"])
+        .assign(relevance=lambda f: rng.integers(0, 4, len(f)).astype(float))
+    )
+    recs = []
+    for _ in range(2):
+        lists = [
+            pd.DataFrame(
+                {"user": u, "item": rng.permutation(n_items)[:m], "rank": np.arange(1, m + 1)}
+            )
+            for u in range(10, n_users + 15)  # users 0-9 have no list; 120-134 have no truth
+            for m in [int(rng.integers(1, 9))]
+        ]
+        recs.append(pd.concat(lists).sample(frac=1.0, random_state=seed).reset_index(drop=True))
+    items = np.arange(50)
+    bucket_of = pd.Series(rng.choice(["head", "mid", "tail"], 45), index=items[:45])  # 45-49 unseen
+    if text_ids:
+
+        def as_text(f):
+            return f.assign(user="u" + f["user"].astype(str), item="i" + f["item"].astype(str))
+
+        qrels, recs = as_text(qrels), [as_text(r) for r in recs]
+        bucket_of.index = "i" + bucket_of.index.astype(str)
+    return qrels, (recs[0], recs[1]), bucket_of
+
+
+@pytest.mark.parametrize("text_ids", [False, True], ids=["int ids", "string ids"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"preset": "trec_eval"},
+        {"gain": "linear", "empty_users": "one", "user_set": "intersection",
+         "relevance_threshold": 2},
+        {"ap_denominator": "relevant", "precision_denominator": "list", "ideal_dcg": "k",
+         "empty_users": "zero", "ndcg_ties": "average"},
+    ],
+    ids=["default", "trec_eval", "graded-one-intersection", "other-conventions"],
+)  # fmt: skip
+def test_item_buckets_in_one_pass_equal_metrics_evaluate_per_bucket(
+    every_metric, text_ids: bool, options: dict
+) -> None:
+    """Every registered ranking metric: the one-pass bucket tables equal the straightforward
+    path (metrics.evaluate of each bucket's truth rows) to 1e-12, index and NaNs included."""
+    from harness.compare.buckets import bucket_tables, bucket_tables_by_engine
+
+    names = [n for n in every_metric(ks=(3, 5)) if metrics.parse(n).definition.kind == "ranking"]
+    qrels, recs, bucket_of = _bucket_inputs(text_ids)
+    fast = bucket_tables(qrels, recs, names, bucket_of, options)
+    slow = bucket_tables_by_engine(qrels, recs, names, bucket_of, options)
+    for bucket in ("head", "mid", "tail"):
+        for got, want in zip(fast[bucket], slow[bucket], strict=True):
+            assert len(want) > 10
+            pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=0, atol=1e-12)
+    # and by hand for one user: recall@5 of the first tail user is their listed tail hits
+    truth = qrels.assign(b=bucket_of.reindex(qrels["item"]).fillna("tail").to_numpy())
+    thr = options.get("relevance_threshold", 1)
+    user = fast["tail"][0].index[0]
+    mine = truth[(truth["user"] == user) & (truth["b"] == "tail") & (truth["relevance"] >= thr)]
+    top = recs[0][recs[0]["user"] == user].nsmallest(5, "rank")["item"]
+    if len(mine):
+        want_recall = top.isin(mine["item"]).sum() / len(mine)
+        assert fast["tail"][0].loc[user, "recall@5"] == pytest.approx(want_recall, abs=1e-12)
+
+
+def test_item_buckets_with_tied_ranks_take_the_engine_path() -> None:
+    """Two items at one rank: the engine's tie rule decides, so the engine path runs."""
+    from harness.compare.buckets import bucket_tables, bucket_tables_by_engine
+
+    qrels, recs, bucket_of = _bucket_inputs(False)
+    tied = recs[0].copy()
+    tied.loc[tied["rank"] == 2, "rank"] = 1
+    got = bucket_tables(qrels, (tied, recs[1]), ["ndcg@5"], bucket_of, {"tie_break": "item_desc"})
+    want = bucket_tables_by_engine(
+        qrels, (tied, recs[1]), ["ndcg@5"], bucket_of, {"tie_break": "item_desc"}
+    )
+    for bucket in ("head", "mid", "tail"):
+        pd.testing.assert_frame_equal(got[bucket][0], want[bucket][0], check_exact=True)
