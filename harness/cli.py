@@ -62,6 +62,7 @@ from harness.promote import promote_run
 from harness.record import job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
 from harness.schema import config_error, one_line_config_errors, register
+from harness.spark.pipeline import load_spark, run_models_spark, split_spark
 from harness.split import check_usable, load_or_make_split, split_cache_key
 from harness.tracking import configure_http
 
@@ -271,19 +272,30 @@ def format_verdicts(
 def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
     """The metric engine of ``engine/``: numpy in-process, or Spark (session stopped after)."""
     engine = cfg.get("engine") or {}
-    if engine.get("name", "numpy") != "spark":
+    spark = spark_of(cfg)
+    if spark is None:
         yield metrics.evaluate
         return
-    from harness.spark import evaluate_spark, spark_session
+    from harness.spark import evaluate_spark
 
-    spark = spark_session(
-        master=str(engine.get("master", "local[*]")),
-        config={"spark.sql.shuffle.partitions": str(engine.get("shuffle_partitions", 8))},
-    )
     try:
         yield partial(evaluate_spark, spark=spark, buckets=engine.get("buckets"))
     finally:
         spark.stop()
+
+
+def spark_of(cfg: DictConfig) -> Any:
+    """The SparkSession of ``engine=spark`` (getOrCreate: the one ``engine_of`` stops), else
+    None."""
+    engine = cfg.get("engine") or {}
+    if engine.get("name", "numpy") != "spark":
+        return None
+    from harness.spark import spark_session
+
+    return spark_session(
+        master=str(engine.get("master", "local[*]")),
+        config={"spark.sql.shuffle.partitions": str(engine.get("shuffle_partitions", 8))},
+    )
 
 
 def _job_row(
@@ -334,15 +346,28 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     warn_share = dropped_share_of(cfg)
     cand_spec = CandidateSpec(**_plain(cfg.get("candidates") or {"kind": "full"}))
     models, load_errors = build_models(cfg, progress)
+    spark = spark_of(cfg)  # engine=spark: load, split, models and metrics run on Spark
+    events: Any = None  # engine=spark: the events and the split as Spark tables
+    spark_split: Any = None
+    engine = cfg.get("engine") or {}
+    driver_rows = int(engine.get("driver_rows") or 2_000_000)
+    if spark is not None and cand_spec.kind != "full":
+        raise ValueError(f"engine=spark ranks the full catalog (got candidates={cand_spec.kind})")
     with stages.stage("load", "loading the dataset"):
-        dataset = load_dataset(_plain(cfg.dataset))
+        if spark is None:
+            dataset = load_dataset(_plain(cfg.dataset))
+        else:
+            events, dataset = load_spark(spark, _plain(cfg.dataset), driver_rows)
     split_params = _plain(cfg.split)
     method = split_params.pop("method")
     checkpoint("split")
     with stages.stage("split", f"splitting {len(dataset.frame):,} events ({method})"):
-        split = load_or_make_split(
-            dataset.frame, method, split_params, runs_dir / "splits", digest=dataset.sha256
-        )
+        if spark is None:
+            split = load_or_make_split(
+                dataset.frame, method, split_params, runs_dir / "splits", digest=dataset.sha256
+            )
+        else:
+            spark_split, split = split_spark(events, method, split_params, driver_rows)
     check_usable(split, dataset.frame)  # empty train/test: data error, exit 2, before any fit
     dropped = dropped_warning(split.stats, warn_share)
     if dropped:
@@ -361,17 +386,36 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     checkpoint("models", folder)
     stages.say(f"… {len(models)} model(s): fit, rank, metrics")
     with engine_of(cfg) as evaluate:
-        result = run_models(
-            dataset,
-            split,
-            models,
-            suite,
-            folder,
-            progress=progress,
-            candidates=candidates,
-            load_errors=load_errors,
-            evaluate=evaluate,
-        )
+        if spark is None:
+            result = run_models(
+                dataset,
+                split,
+                models,
+                suite,
+                folder,
+                progress=progress,
+                candidates=candidates,
+                load_errors=load_errors,
+                evaluate=evaluate,
+            )
+        else:
+            result = run_models_spark(
+                spark,
+                dataset,
+                events,
+                spark_split,
+                split,
+                models,
+                suite,
+                folder,
+                load_errors=load_errors,
+                buckets=engine.get("buckets"),
+                batch_users=int(engine.get("batch_users") or 4096),
+                fit_sample=engine.get("fit_sample"),
+                seed=int(cfg.seed),
+                tables_uri=engine.get("tables"),
+                driver_rows=driver_rows,
+            )
         result.candidates = cand_stats
         print(format_summary(result))
         # segments are evaluated by the same engine, so it stays open for the comparison

@@ -442,10 +442,12 @@ def save(result: ExperimentResult) -> None:
             "info": outcome.info,
             "notes": outcome.notes,
         }
+        written = "per_user_uri" in outcome.info  # engine=spark: Spark wrote both tables
         if outcome.evaluation is not None:
-            outcome.evaluation.per_user.to_parquet(sub / "per_user.parquet")
+            if not written:
+                outcome.evaluation.per_user.to_parquet(sub / "per_user.parquet")
             info["summary"] = outcome.evaluation.summary
             info["counts"] = outcome.evaluation.counts
-        if outcome.recommendations is not None:
+        if outcome.recommendations is not None and not written:
             outcome.recommendations.to_parquet(sub / "topk.parquet", index=False)
         (sub / "result.json").write_text(json.dumps(info, indent=2, default=str))

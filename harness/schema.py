@@ -215,6 +215,9 @@ class SparkEngine:
     batch_users: int = 4096
     shuffle_partitions: int = 8
     buckets: int = 16
+    tables: Optional[str] = None
+    driver_rows: int = 2_000_000
+    fit_sample: Optional[float] = None
 
 
 @dataclass

@@ -343,7 +343,7 @@ def fit_plugin(
         if sample < 1:
             train = train.sample(fraction=float(sample), seed=seed)
     with _quiet():
-        frame = train.toPandas()
+        frame = pd.DataFrame(train.toPandas())
     for c in ("user", "item"):
         if frame[c].dtype != np.int64:
             frame[c] = frame[c].astype(object)

@@ -342,7 +342,8 @@ def test_harness_engine_spark_equals_numpy_end_to_end(
     assert np.allclose(summary_n.to_numpy(), summary_s.to_numpy(), atol=TOL, rtol=0)
     for model in summary_n.index:
         a = pd.read_parquet(dir_n / model / "per_user.parquet")
-        b = pd.read_parquet(dir_s / model / "per_user.parquet").reindex(a.index)
+        b = pd.read_parquet(dir_s / model / "per_user.parquet")  # Spark's: a user column
+        b = b.set_index("user").reindex(a.index)
         assert np.allclose(a.to_numpy(), b.to_numpy(), atol=TOL, rtol=0, equal_nan=True)
     verdict = [x for x in out_n.splitlines() if "gate" in x or "ΔGSB" in x]
     assert verdict and verdict == [x for x in out_s.splitlines() if "gate" in x or "ΔGSB" in x]

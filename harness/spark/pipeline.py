@@ -1,0 +1,407 @@
+"""``engine=spark`` end to end: read, split, model lists, top-k and metrics on Spark.
+
+:func:`load_spark` reads the events (a file from any Spark path, checked by
+:func:`harness.spark.io.read_interactions`; the synthetic generator's frame), :func:`split_spark`
+runs the split with its filters (:func:`harness.spark.split.make_split_spark`) and
+:func:`run_models_spark` builds each model's top-k lists (:mod:`harness.spark.models`), writes
+them and the per-user metrics (:func:`harness.spark.evaluate_spark`) as Parquet from Spark, and
+returns an :class:`~harness.experiment.ExperimentResult` whose outcomes carry the summaries and
+counts, plus the Spark tables (:class:`SparkTables`) for a comparison on Spark.
+
+What reaches the driver (bounded by ``driver_rows``):
+
+- always: aggregate rows (split stats, checks, each bucket's metric state, count tables keyed
+  by item), the training rows a plug-in model is fitted on (or its ``fit_sample``), the
+  per-item training counts novelty/popularity need;
+- only when the table has at most ``driver_rows`` rows: a copy of the events, of the split
+  parts, of each model's top-k lists and per-user table, for the stages still run in-process
+  (the comparison's segments, the report's counts, MLflow's dataset digests). Above it those
+  copies are empty frames, and the comparison must use :attr:`SparkExperimentResult.tables`.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import pandas as pd
+
+import metrics
+from harness import progress as stage_log
+from harness.datasets import Dataset, load_dataset
+from harness.errors import DataError
+from harness.experiment import (
+    ExperimentResult,
+    MetricSuite,
+    ModelOutcome,
+    _model_info,
+    _needs_features,
+    save,
+)
+from harness.spark.io import _frame, _id_kind
+from harness.spark.session import _python_errors, _quiet
+from harness.split import Split
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from harness.spark.split import SparkSplit
+
+__all__ = [
+    "SparkExperimentResult",
+    "SparkTables",
+    "load_spark",
+    "model_lists",
+    "run_models_spark",
+    "split_spark",
+]
+
+#: The dataset keys ``engine=spark`` reads; others must keep their defaults.
+_FILE_DEFAULTS = {"timestamp_format": None}
+
+
+@dataclass
+class SparkTables:
+    """What a Spark run keeps in Spark: the split parts, the truth (user, item, relevance), and
+    per model its top-k lists (user, rank, item, score) and per-user table (user, one column per
+    metric), both read back from the Parquet written, with their URIs."""
+
+    train: DataFrame
+    test: DataFrame
+    qrels: DataFrame
+    lists: dict[str, DataFrame] = field(default_factory=dict)
+    per_user: dict[str, DataFrame] = field(default_factory=dict)
+    uris: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class SparkExperimentResult(ExperimentResult):
+    """An :class:`ExperimentResult` of ``engine=spark``, plus its Spark tables."""
+
+    tables: SparkTables | None = None
+
+
+# ----------------------------------------------------------------------------------- loading
+
+
+def load_spark(
+    spark: SparkSession, spec: Mapping[str, Any], driver_rows: int
+) -> tuple[DataFrame, Dataset]:
+    """The events of a ``dataset/`` config as a Spark DataFrame, and the run's ``Dataset``
+    (its frame a driver copy when at most ``driver_rows`` events, else empty).
+
+    ``dataset=file`` is read and checked in Spark from any Spark path (Parquet or CSV);
+    ``dataset=synthetic`` is generated in-process (it is small by design) and handed to Spark.
+    """
+    kind = spec.get("kind")
+    if kind == "synthetic":
+        dataset = load_dataset(dict(spec))
+        return _frame(spark, dataset.frame, "dataset").cache(), dataset
+    if kind != "file":
+        raise DataError(f"engine=spark reads dataset=file or dataset=synthetic (got {kind!r})")
+    for key, default in _FILE_DEFAULTS.items():
+        if spec.get(key, default) != default:
+            raise DataError(f"engine=spark does not support dataset.{key} (got {spec[key]!r})")
+    renamed = {k: v for k, v in (spec.get("columns") or {}).items() if v not in (None, k)}
+    if renamed:
+        key, value = next(iter(renamed.items()))
+        raise DataError(
+            f"engine=spark reads columns named user, item, timestamp[, rating] "
+            f"(got dataset.columns.{key}={value!r}); rename them in the file"
+        )
+    from harness.spark.io import read_interactions
+
+    path = str(spec["path"])
+    rating_range = spec.get("rating_range")
+    df = read_interactions(
+        spark,
+        path,
+        fmt=spec.get("format"),
+        rating_range=None if rating_range is None else (rating_range[0], rating_range[1]),
+    ).cache()
+    name = str(spec.get("name", kind))
+    return df, _dataset_of(df, name, path, spec, driver_rows)
+
+
+def _dataset_of(
+    df: DataFrame, name: str, source: str, spec: Mapping[str, Any], driver_rows: int
+) -> Dataset:
+    """The run's ``Dataset``: a driver copy of the events when small, else an empty frame whose
+    ``sha256`` is computed in Spark (row count and a sum of row hashes, order-free)."""
+    from pyspark.sql import functions as sf
+
+    n = df.count()
+    if n <= driver_rows:
+        with _quiet():
+            frame = _driver_copy(df)
+        dataset = Dataset(name, frame, source)
+    else:
+        row = df.agg(sf.sum(sf.xxhash64(*df.columns).cast("decimal(38,0)"))).first()
+        dataset = Dataset(name, _empty(df), source)
+        digest = f"spark:{n}:{row[0] if row else 0}"
+        dataset.__dict__["sha256"] = digest  # the cached_property, set from Spark's digest
+    features = spec.get("item_features")
+    if features is not None:
+        from harness.data import load_item_table
+
+        dataset = Dataset(
+            name,
+            dataset.frame,
+            source,
+            item_features=load_item_table(features, "item_features"),
+            item_groups=spec.get("item_groups"),
+        )
+    return dataset
+
+
+def _driver_copy(df: DataFrame) -> pd.DataFrame:
+    """A Spark table as pandas, with the in-process id types (``int64`` or ``object`` text)."""
+    frame = pd.DataFrame(df.toPandas())
+    for column in ("user", "item"):
+        if column in frame.columns and frame[column].dtype != np.int64:
+            frame[column] = frame[column].astype(object)
+    return frame
+
+
+def _empty(df: DataFrame) -> pd.DataFrame:
+    """An empty pandas frame with ``df``'s columns and id types."""
+    kinds: dict[str, Any] = {
+        c: (np.int64 if _id_kind(df, c) == "bigint" else object)
+        for c in ("user", "item")
+        if c in df.columns
+    }
+    columns = {c: pd.Series(dtype=kinds.get(c, np.float64)) for c in df.columns}
+    if "timestamp" in columns:
+        columns["timestamp"] = pd.Series(dtype=np.int64)
+    return pd.DataFrame(columns)
+
+
+# ----------------------------------------------------------------------------------- splitting
+
+
+def split_spark(
+    df: DataFrame, method: str, params: Mapping[str, Any], driver_rows: int
+) -> tuple[SparkSplit, Split]:
+    """The split with its filters on Spark, and the run's ``Split`` (same stats; its parts a
+    driver copy when the split has at most ``driver_rows`` events, else empty frames)."""
+    from harness.spark.split import make_split_spark
+
+    sp = make_split_spark(df, method, **params)
+    sp = type(sp)(sp.train.cache(), sp.test.cache(), sp.valid, sp.stats, sp.name, sp.params)
+    n = int(sp.stats.get("n_train_events", 0)) + int(sp.stats.get("n_test_events", 0))
+    if n <= driver_rows:
+        with _quiet():
+            train, test = _driver_copy(sp.train), _driver_copy(sp.test)
+            valid = None if sp.valid is None else _driver_copy(sp.valid)
+    else:
+        train, test, valid = _empty(sp.train), _empty(sp.test), None
+    return sp, Split(train, test, valid, dict(sp.stats), sp.name, dict(sp.params))
+
+
+# ------------------------------------------------------------------------------------- models
+
+
+def model_lists(
+    spark: SparkSession,
+    model: Any,
+    train: DataFrame,
+    users: DataFrame,
+    k: int,
+    *,
+    batch_users: int = 4096,
+    fit_sample: float | None = None,
+    seed: int = 0,
+) -> tuple[DataFrame, str]:
+    """Each user's top-``k`` of a model on Spark, and how it was computed: popularity,
+    precomputed scores (Parquet/CSV) and MLlib ALS natively; any other harness model fitted on
+    the driver and scored per partition (:func:`harness.spark.models.plugin_topk`)."""
+    from harness.models import PopularityModel, PrecomputedScores
+    from harness.spark.models import (
+        SparkALS,
+        fit_plugin,
+        plugin_topk,
+        popularity_topk,
+        precomputed_topk,
+    )
+
+    if type(model) is PopularityModel:
+        return popularity_topk(train, users, k, exclude_seen=model.exclude_seen), "spark"
+    if isinstance(model, SparkALS):
+        return model.topk(train, users, k), "spark_mllib"
+    if type(model) is PrecomputedScores and model._kind() != "trec":
+        lists = precomputed_topk(
+            spark,
+            model.path,
+            train,
+            users,
+            k,
+            exclude_seen=model.exclude_seen,
+            columns=dict(model.columns) or None,
+            fmt=model._kind(),
+        )
+        return lists, "spark"
+    fitted = fit_plugin(model, train, sample=fit_sample, seed=seed)
+    item_kind = _id_kind(train, "item")
+    lists = plugin_topk(spark, fitted, users, k, item_kind=item_kind, batch_users=batch_users)
+    return lists, "plugin"
+
+
+def _qrels_spark(test: DataFrame, suite: MetricSuite) -> DataFrame:
+    """:func:`harness.experiment.qrels_from_test` on Spark: relevance 1 or the (max) rating."""
+    from pyspark.sql import functions as sf
+
+    if suite.relevance == "rating":
+        if "rating" not in test.columns:
+            raise ValueError("metrics.relevance=rating needs a 'rating' column in the data")
+        value = sf.col("rating").cast("double")
+    else:
+        value = sf.lit(1.0)
+    return test.groupBy("user", "item").agg(sf.max(value).alias("relevance"))
+
+
+def _uri(base: str, *parts: str) -> str:
+    """``base/part/...`` for a local folder or a URI such as ``s3a://bucket/prefix``."""
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def run_models_spark(
+    spark: SparkSession,
+    dataset: Dataset,
+    events: DataFrame,
+    sp: SparkSplit,
+    split: Split,
+    models: Mapping[str, Any],
+    suite: MetricSuite,
+    folder: Path,
+    *,
+    load_errors: Mapping[str, str] | None = None,
+    buckets: int | None = None,
+    batch_users: int = 4096,
+    fit_sample: float | None = None,
+    seed: int = 0,
+    tables_uri: str | None = None,
+    driver_rows: int = 2_000_000,
+) -> SparkExperimentResult:
+    """Every model's lists, top-k and metrics on Spark; results written under ``folder``.
+
+    Per model, ``topk.parquet`` (user, rank, item, score) and ``per_user.parquet`` (user, one
+    column per metric) are written by Spark under ``tables_uri/<folder name>/<model>/`` (default:
+    the results folder itself; set it to a shared ``s3a://`` / ``hdfs://`` location on a
+    cluster) and recorded in ``outcome.info`` (``topk_uri``, ``per_user_uri``: MLflow tags of the
+    model's run). Lists are ranked as in-process (the model's order; metrics score by rank).
+    Score metrics (AUC family) and rating metrics (RMSE/MAE) are not computed on Spark yet:
+    NaN, with a note. Driver copies: see the module docstring.
+    """
+    from pyspark.sql import functions as sf
+
+    from harness.spark.metrics import evaluate_spark
+
+    base = tables_uri.rstrip("/") + "/" + folder.name if tables_uri else str(folder.resolve())
+    qrels = _qrels_spark(sp.test, suite).cache()
+    users = qrels.select("user").distinct().cache()
+    n_users = users.count()
+    kinds = {m: metrics.parse(m).definition.kind for m in suite.names}
+    skipped = {n for n, kind in kinds.items() if kind in ("score", "rating")}
+    skipped |= _needs_features(suite, dataset)
+    asked = [n for n in suite.names if n not in skipped] or ["num_rel"]
+    side = dataset.side_inputs()
+    catalog = int(sp.stats.get("n_input_items") or events.select("item").distinct().count())
+    tables = SparkTables(sp.train, sp.test, qrels)
+    outcomes: dict[str, ModelOutcome] = {
+        name: ModelOutcome(name, error=error) for name, error in (load_errors or {}).items()
+    }
+    for name, model in models.items():
+        outcome = ModelOutcome(name)
+        topk_uri = _uri(base, name, "topk.parquet")
+        per_user_uri = _uri(base, name, "per_user.parquet")
+        try:
+            t0 = time.perf_counter()
+            with _python_errors(), _quiet():
+                lists, how = model_lists(
+                    spark,
+                    model,
+                    sp.train,
+                    users,
+                    suite.k,
+                    batch_users=batch_users,
+                    fit_sample=fit_sample,
+                    seed=seed,
+                )
+                ranked = lists.select(
+                    "user", sf.col("rank").cast("bigint").alias("rank"), "item", "score"
+                )
+                ranked.write.mode("overwrite").parquet(topk_uri)
+            lists = spark.read.parquet(topk_uri)
+            t1 = time.perf_counter()
+            run = lists.select("user", "item", (-sf.col("rank")).cast("double").alias("score"))
+            ev = evaluate_spark(
+                qrels,
+                run,
+                asked,
+                spark=spark,
+                buckets=buckets,
+                train=sp.train,
+                catalog=catalog,
+                per_user_path=per_user_uri,
+                collect_per_user=False,
+                **side,
+                **suite.evaluate_options(),
+            )
+            per_user = spark.read.parquet(per_user_uri)
+            outcome.seconds |= {"rank": t1 - t0, "metrics": time.perf_counter() - t1}
+            outcome.info |= {"engine": how, "topk_uri": topk_uri, "per_user_uri": per_user_uri}
+            small = n_users * suite.k <= driver_rows  # bounds the lists' and per-user rows
+            outcome.evaluation = _evaluation(ev, per_user, suite, skipped, small)
+            if small:
+                with _quiet():
+                    outcome.recommendations = _recs_copy(lists)
+            tables.lists[name] = lists
+            tables.per_user[name] = per_user
+            tables.uris[name] = {"topk": topk_uri, "per_user": per_user_uri}
+            if skipped & set(suite.names):
+                outcome.notes.append(
+                    f"{', '.join(n for n in suite.names if n in skipped)} not computed on "
+                    "engine=spark (score and rating metrics, or item categories missing): NaN"
+                )
+        except Exception as err:
+            outcome.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
+            (folder / name).mkdir(parents=True, exist_ok=True)
+            (folder / name / "error.txt").write_text(traceback.format_exc())
+        outcome.info |= _model_info(model)
+        outcomes[name] = outcome
+        stage_log.stages.add_model(name, outcome.seconds)
+    options = metrics.resolve_options(**suite.evaluate_options()).as_dict()
+    result = SparkExperimentResult(dataset, split, suite, outcomes, folder, options, tables=tables)
+    save(result)
+    return result
+
+
+def _evaluation(
+    ev: metrics.Evaluation,
+    per_user: DataFrame,
+    suite: MetricSuite,
+    skipped: set[str],
+    small: bool,
+) -> metrics.Evaluation:
+    """The run's ``Evaluation``: the suite's names in order (skipped ones NaN), the per-user
+    table read back when small (else empty, with the suite's columns)."""
+    names = list(suite.names)
+    summary = {n: float("nan") if n in skipped else ev.summary[n] for n in names}
+    if small:
+        with _quiet():
+            table = _driver_copy(per_user).set_index("user").sort_index()
+    else:
+        table = pd.DataFrame(columns=[n for n in names if n not in skipped], dtype=float)
+        table.index.name = "user"
+    return metrics.Evaluation(summary, table.reindex(columns=names), ev.options, ev.counts)
+
+
+def _recs_copy(lists: DataFrame) -> pd.DataFrame:
+    """A model's top-k lists on the driver, as the in-process run keeps them."""
+    frame = _driver_copy(lists).sort_values(["user", "rank"], kind="stable")
+    return cast(pd.DataFrame, frame.reset_index(drop=True)[["user", "rank", "item", "score"]])
