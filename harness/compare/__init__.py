@@ -105,13 +105,33 @@ class PairComparison:
         return out
 
 
+def _counts(values: pd.Series, keys: np.ndarray | None = None) -> pd.Series:
+    """How often each value occurs: for ``keys`` (0 when absent), or for every value that does.
+    A bincount for non-negative integer ids in a compact range (no hashing), else value_counts."""
+    if pd.api.types.is_integer_dtype(values.dtype) and len(values):
+        v = values.to_numpy(dtype=np.int64)
+        lo, hi = int(v.min()), int(v.max())
+        wanted = None if keys is None else np.asarray(keys)
+        if lo >= 0 and hi < 4 * len(v) + 1024 and (wanted is None or wanted.dtype.kind in "iu"):
+            count = np.bincount(v, minlength=hi + 1)
+            if wanted is None:
+                seen = np.flatnonzero(count)
+                return pd.Series(count[seen], index=pd.Index(seen, dtype=values.dtype))
+            inside = (wanted >= 0) & (wanted <= hi)
+            out = np.zeros(len(wanted), dtype=np.int64)
+            out[inside] = count[wanted[inside]]
+            return pd.Series(out, index=pd.Index(wanted))
+    counts = values.value_counts()
+    return counts if keys is None else counts.reindex(keys, fill_value=0)
+
+
 def segment_data(train: pd.DataFrame, test_users: np.ndarray, spec: CompareSpec) -> SegmentData:
     """Cold users (at most ``cold_max_events`` training events), heavy users (activity at or
     above the ``heavy_quantile`` of test users) and item popularity buckets (head: the most
     popular ``head_share`` of training items, tail: the least popular ``tail_share``)."""
-    activity = train["user"].value_counts().reindex(test_users, fill_value=0)
+    activity = _counts(train["user"], test_users)
     heavy_min = float(np.quantile(activity.to_numpy(), spec.heavy_quantile)) if len(activity) else 0
-    popularity = train["item"].value_counts()
+    popularity = _counts(train["item"])
     order = np.lexsort((popularity.index.to_numpy(), -popularity.to_numpy()))
     ranked = popularity.index.to_numpy()[order]
     n = len(ranked)

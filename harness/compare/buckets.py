@@ -75,7 +75,7 @@ class _Truth:
 
     users: pd.Index  # evaluated users in metrics.evaluate's order (the tables' index)
     user: np.ndarray  # int64 position in ``users`` of each row
-    item: np.ndarray  # int64 code of each row's item in ``items``
+    item: np.ndarray  # int32 code of each row's item in ``items``
     rel: np.ndarray
     bucket: np.ndarray  # int8 index into BUCKETS
     items: pd.Index  # distinct truth items
@@ -105,7 +105,7 @@ def _truth(qrels: pd.DataFrame, bucket_of: pd.Series) -> _Truth:
     return _Truth(
         users=users,
         user=user[order],
-        item=item.astype(np.int64)[order],
+        item=item.astype(np.int32)[order],
         rel=qrels["relevance"].to_numpy(dtype=np.float64)[order],
         bucket=bucket_codes.astype(np.int8)[item[order]],
         items=pd.Index(items),
@@ -118,7 +118,8 @@ class _Lists:
 
     user: np.ndarray  # int64[G] position in _Truth.users, ascending
     n_ret: np.ndarray  # int64[G]
-    rel: np.ndarray  # float64[G, W] relevance of the listed item (0: not in the user's truth)
+    hits: np.ndarray  # bool[G, W] the listed item is relevant (relevance >= threshold)
+    gains: np.ndarray  # float64[G, W] its gain (0: not in the user's truth, or padding)
     bucket: np.ndarray  # int8[G, W] the matched truth row's bucket (-1: no truth row)
 
 
@@ -129,94 +130,94 @@ def _item_codes(values: pd.Series, index: pd.Index) -> np.ndarray:
         v = values.to_numpy(dtype=np.int64)
         keys = index.to_numpy(dtype=np.int64)
         if len(v) and len(keys):
-            lo, hi = int(keys.min()), int(keys.max())
+            lo = min(int(v.min()), int(keys.min()))
+            hi = max(int(v.max()), int(keys.max()))
             if hi - lo < 4 * (len(v) + len(keys)):
-                table = np.full(hi - lo + 2, -1, dtype=np.int64)  # last cell: out of range
+                table = np.full(hi - lo + 1, -1, dtype=np.int64)
                 table[keys - lo] = np.arange(len(keys))
-                at = v - lo
-                at[(at < 0) | (at > hi - lo)] = hi - lo + 1
-                return table[at]
+                return table[v - lo]
         return index.get_indexer(v).astype(np.int64)
     codes, uniques = pd.factorize(values.astype(index.dtype) if len(index) else values)
     at = np.append(index.get_indexer(uniques).astype(np.int64), -1)
     return at[codes]  # code -1 (missing id) picks the appended -1
 
 
-def _user_codes(values: pd.Series, index: pd.Index) -> np.ndarray:
-    """Position of each row's user in ``index`` (-1 when absent), looking up each run of equal
-    neighbours once (lists come grouped by user)."""
-    if not pd.api.types.is_integer_dtype(values.dtype):
-        return _item_codes(values, index)
-    v = values.to_numpy(dtype=np.int64)
-    if len(v) == 0:
-        return v
-    starts = np.concatenate(([0], np.flatnonzero(v[1:] != v[:-1]) + 1))
-    at = index.get_indexer(v[starts]).astype(np.int64)
-    return np.repeat(at, np.diff(starts, append=len(v)))
+def _runs(values: pd.Series, index: pd.Index) -> tuple[np.ndarray, np.ndarray]:
+    """Start of each run of equal neighbouring ids and its id's position in ``index`` (-1 when
+    absent): integer ids are looked up once per run (lists come grouped by user)."""
+    if pd.api.types.is_integer_dtype(values.dtype):
+        v = values.to_numpy(dtype=np.int64)
+        starts = np.concatenate(([0], np.flatnonzero(v[1:] != v[:-1]) + 1)) if len(v) else v
+        return starts, index.get_indexer(v[starts]).astype(np.int64)
+    codes = _item_codes(values, index)
+    starts = np.concatenate(([0], np.flatnonzero(codes[1:] != codes[:-1]) + 1))
+    return (starts, codes[starts]) if len(codes) else (codes, codes)
 
 
-def _lists(recs: pd.DataFrame, truth: _Truth, depth: int | None) -> _Lists | None:
-    """The lists in rank order, cut at ``depth``, judged by the truth rows; None when a user's
-    list has two items at the same rank (the engine's tie rule then decides: not done here)."""
-    user = _user_codes(recs["user"], truth.users)
+def _lists(
+    recs: pd.DataFrame, truth: _Truth, depth: int | None, hit: np.ndarray, gain: np.ndarray
+) -> _Lists | None:
+    """The lists in rank order, cut at ``depth``, judged by the truth rows (``hit`` and ``gain``
+    of each); None when a user's list has two items at the same rank (the engine's tie rule
+    then decides: not done here)."""
     rank = recs["rank"].to_numpy()
-    item = _item_codes(recs["item"], truth.items)
-    keep = user >= 0
-    if not keep.all():
-        user, rank, item = user[keep], rank[keep], item[keep]
-    same = user[1:] == user[:-1]
-    if not ((user[1:] > user[:-1]) | (same & (rank[1:] > rank[:-1]))).all():
-        order = np.lexsort((rank, user))
-        user, rank, item = user[order], rank[order], item[order]
-        same = user[1:] == user[:-1]
+    item = _item_codes(recs["item"], truth.items).astype(np.int32)  # -1: in no one's truth
+    starts, user = _runs(recs["user"], truth.users)
+    length = np.diff(starts, append=len(rank))
+    ranked = (rank[1:] > rank[:-1]).astype(np.int8)
+    ranked[starts[1:] - 1] = 1  # a new run may start at any rank
+    if not (ranked.all() and (user >= 0).all() and (user[1:] > user[:-1]).all()):
+        row_user = np.repeat(user, length)  # other orders, or users without truth: sort
+        keep = row_user >= 0
+        order = np.flatnonzero(keep)[np.lexsort((rank[keep], row_user[keep]))]
+        row_user, rank, item = row_user[order], rank[order], item[order]
+        same = row_user[1:] == row_user[:-1]
         if (same & (rank[1:] == rank[:-1])).any():
             return None
-    starts = np.concatenate(([0], np.flatnonzero(~same) + 1)) if len(user) else user
-    length = np.diff(starts, append=len(user))
-    width = int(length.max()) if len(length) else 0
-    if depth is not None:
-        width = min(width, depth)
-    pos = np.arange(len(user), dtype=np.int64) - np.repeat(starts, length)
-    cell = np.repeat(np.arange(len(starts), dtype=np.int64) * width, length) + pos
-    matrix = np.full((len(starts), width), -1, dtype=np.int64)
-    if depth is not None and len(length) and int(length.max()) > width:
-        listed = pos < width
-        matrix.ravel()[cell[listed]] = item[listed]
+        starts = np.concatenate(([0], np.flatnonzero(~same) + 1)) if len(row_user) else row_user
+        user, length = row_user[starts], np.diff(starts, append=len(row_user))
+    longest = int(length.max()) if len(length) else 0
+    width = longest if depth is None else min(longest, depth)
+    first = np.arange(len(starts), dtype=np.int64) * width  # cell of each list's first item
+    matrix = np.full((len(starts), width), -1, dtype=np.int32)
+    if width == longest:
+        matrix.ravel()[np.arange(len(item)) + np.repeat(first - starts, length)] = item
     else:
-        matrix.ravel()[cell] = item
-    rel = np.zeros(matrix.shape)
+        pos = np.arange(len(item)) - np.repeat(starts, length)
+        listed = pos < width
+        matrix.ravel()[(pos + np.repeat(first, length))[listed]] = item[listed]
+    hits = np.zeros(matrix.shape, dtype=bool)
+    gains = np.zeros(matrix.shape)
     bucket = np.full(matrix.shape, -1, dtype=np.int8)
     # each truth row against its user's list: at most one position matches (no duplicates)
     row_of_user = np.full(len(truth.users), -1, dtype=np.int64)
-    row_of_user[user[starts]] = np.arange(len(starts))
+    row_of_user[user] = np.arange(len(user))
     g = row_of_user[truth.user]
     step = max(1, _CELLS // max(width, 1))
     for lo in range(0, len(g), step):
         gs = g[lo : lo + step]
         src = np.flatnonzero(gs >= 0)
-        hit, col = np.nonzero(matrix[gs[src]] == truth.item[lo + src][:, None])
-        src, row = src[hit] + lo, gs[src[hit]]
-        rel[row, col] = truth.rel[src]
+        found, col = np.nonzero(matrix[gs[src]] == truth.item[lo + src][:, None])
+        src, row = src[found] + lo, gs[src[found]]
+        hits[row, col], gains[row, col] = hit[src], gain[src]
         bucket[row, col] = truth.bucket[src]
-    return _Lists(user[starts], np.minimum(length, width), rel, bucket)
+    return _Lists(user, np.minimum(length, width), hits, gains, bucket)
 
 
 def _judged(
-    rel: np.ndarray,
+    hits: np.ndarray,
+    gains: np.ndarray,
     n_ret: np.ndarray,
     n_rel: np.ndarray,
     ideal: tuple[np.ndarray, np.ndarray, np.ndarray],
     rows: np.ndarray,
-    opts: Options,
 ) -> Judged:
     """The engine's judged form of these lists (``rows``: row of each ideal entry's user, -1
     for users not in this block)."""
-    valid = np.arange(rel.shape[1])[None, :] < n_ret[:, None]
-    thr = opts.relevance_threshold
     mine = rows[ideal[0]] >= 0
     return Judged(
-        hits=valid & (rel >= thr),
-        gains=np.where(valid, gain_of(rel, opts.gain, thr), 0.0),
+        hits=hits,
+        gains=gains,
         n_ret=n_ret,
         n_rel=n_rel,
         ideal_user=rows[ideal[0]][mine],
@@ -259,16 +260,18 @@ def _table(
     blocks = []
     listed = np.flatnonzero(in_bucket[lists.user])  # list rows of the bucket's users
     if len(listed):
-        u = lists.user[listed]
-        rel = np.where(lists.bucket[listed] == b, lists.rel[listed], 0.0)
-        blocks.append((u, rel, lists.n_ret[listed]))
+        mine = lists.bucket[listed] == b  # the bucket's truth: other items are misses
+        hits = lists.hits[listed] & mine
+        gains = np.where(mine, lists.gains[listed], 0.0)
+        blocks.append((lists.user[listed], hits, gains, lists.n_ret[listed]))
     missing = users[~has_list[users]]  # evaluated users without a list: empty lists
     if len(missing):
-        blocks.append((missing, np.zeros((len(missing), 0)), np.zeros(len(missing), np.int64)))
-    for u, rel, n_ret in blocks:
+        none = np.zeros((len(missing), 0))
+        blocks.append((missing, none.astype(bool), none, np.zeros(len(missing), np.int64)))
+    for u, hits, gains, n_ret in blocks:
         rows = np.full(len(truth.users), -1, dtype=np.int64)
         rows[u] = np.arange(len(u))
-        j = _judged(rel, n_ret, n_rel[u], ideal, rows, opts)
+        j = _judged(hits, gains, n_ret, n_rel[u], ideal, rows)
         for name, values in _values(j, specs, opts).items():
             out[name][local[u]] = values
     empty = n_rel[users] == 0
@@ -281,9 +284,8 @@ def _table(
     return pd.DataFrame(out, index=truth.users[users])
 
 
-def _ideal(truth: _Truth, b: int, opts: Options) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _ideal(truth: _Truth, b: int, gains: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(user, rank, gain) of the positive gains of bucket ``b``, by user then gain descending."""
-    gains = gain_of(truth.rel, opts.gain, opts.relevance_threshold)
     keep = (gains > 0) & (truth.bucket == b)
     user, gain = truth.user[keep], gains[keep]
     order = np.lexsort((-gain, user))  # truth rows are sorted by user already
@@ -329,17 +331,20 @@ def bucket_tables(
     ):
         return bucket_tables_by_engine(qrels, recs, names, bucket_of, options, evaluate)
     ks = [s.k for _, s in specs if s.metric not in ("r_precision", "num_rel")]
-    depth = None if any(k is None for k in ks) or any(
-        s.metric == "r_precision" for _, s in specs
-    ) else max((k for k in ks if k is not None), default=1)
+    depth = (
+        None
+        if any(k is None for k in ks) or any(s.metric == "r_precision" for _, s in specs)
+        else max((k for k in ks if k is not None), default=1)
+    )
     truth = _truth(qrels, bucket_of)
+    thr = opts.relevance_threshold  # > 0: padding and unjudged items are no hit and gain 0
+    hit, gain = truth.rel >= thr, gain_of(truth.rel, opts.gain, thr)
     judged = []
     for r in recs:
-        lists = _lists(r, truth, depth)
+        lists = _lists(r, truth, depth, hit, gain)
         if lists is None:
             return bucket_tables_by_engine(qrels, recs, names, bucket_of, options, evaluate)
         judged.append(lists)
-    thr = opts.relevance_threshold
     out: _Tables = {}
     for b, name in enumerate(BUCKETS):
         if not (truth.bucket == b).any():
@@ -348,7 +353,7 @@ def bucket_tables(
             continue
         relevant = (truth.rel >= thr) & (truth.bucket == b)
         n_rel = np.bincount(truth.user[relevant], minlength=len(truth.users)).astype(np.int64)
-        ideal = _ideal(truth, b, opts)
+        ideal = _ideal(truth, b, gain)
         pa_, pb = (_table(truth, lists, b, specs, opts, ideal, n_rel) for lists in judged)
         out[name] = (pa_, pb.reindex(pa_.index))
     return out
