@@ -10,15 +10,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from metrics import beyond, ranking, rating, scores
 from metrics.engine import Batch, Prepared, batches, prepare
 from metrics.options import Options, resolve_options
-from metrics.registry import MetricSpec, parse
-from metrics.side import SIDE_METRICS, BeyondInputs
+from metrics.reduce import BatchView, Finish, State, add_tables, merge_states
+from metrics.registry import MetricSpec, get, parse
+from metrics.side import BeyondInputs
 
 __all__ = ["Evaluation", "State", "evaluate", "finish_state", "merge_states"]
-
-_MICRO = {"precision", "recall", "f1"}
 
 
 @dataclass(frozen=True)
@@ -42,66 +40,8 @@ class Evaluation:
         return "Evaluation(\n" + "\n".join(lines) + f"\n  users={self.counts.get('users')})"
 
 
-@dataclass
-class State:
-    """The mergeable aggregates of an evaluation over a set of users: what its summary and
-    counts are finished from (:func:`finish_state`), so any engine that splits the users into
-    disjoint parts can merge the parts' states (:func:`merge_states`) and finish them once.
-
-    ``sums``: additive floats (per metric: the sum and count of defined per-user values,
-    weighted sums, pooled hits / list lengths, rating errors, exposure shares); ``counts``:
-    additive ints (``Evaluation.counts``); ``tables``: additive count tables, one row per key
-    (index ``item``: how often each item is in a top-k; index ``score``: relevant / irrelevant
-    candidates per distinct score, for pooled AUC).
-    """
-
-    sums: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-
-
-def merge_states(states: Iterable[State]) -> State:
-    """One state from the states of disjoint sets of users: sums and counts added, tables added
-    key by key."""
-    out = State()
-    tables: dict[str, list[pd.DataFrame]] = {}
-    for st in states:
-        for key, value in st.sums.items():
-            out.sums[key] = out.sums.get(key, 0.0) + value
-        for key, n in st.counts.items():
-            out.counts[key] = out.counts.get(key, 0) + int(n)
-        for key, table in st.tables.items():
-            tables.setdefault(key, []).append(table)
-    for key, parts in tables.items():
-        merged = parts[0] if len(parts) == 1 else pd.concat(parts).groupby(level=0).sum()
-        out.tables[key] = merged
-    return out
-
-
-def _reduction(spec: MetricSpec, opts: Options) -> str:
-    """How a metric's per-user values become its summary (the one place that says so)."""
-    d = spec.definition
-    if d.kind == "ranking" and opts.average == "micro" and spec.metric in _MICRO:
-        return "micro"
-    if d.aggregation == "sum":
-        return "sum"
-    if d.kind == "score":
-        return {"gauc": "weighted", "global_auc": "pairs"}.get(spec.metric, "mean")
-    if d.kind == "rating":
-        return "errors"
-    if spec.metric == "exposure":
-        return "ratio"
-    if d.kind == "run" and d.aggregation == "pooled":
-        return "items"
-    return "mean"
-
-
-def _top_key(k: int | None) -> str:
-    return f"top@{k}" if k is not None else "top"
-
-
 def _count_keys(named: list[tuple[str, MetricSpec]]) -> list[str]:
-    """The keys of ``Evaluation.counts``, in order."""
+    """The keys of ``Evaluation.counts``, in order: the users', then those the metrics declare."""
     keys = [
         "users",
         "users_without_relevant",
@@ -110,11 +50,10 @@ def _count_keys(named: list[tuple[str, MetricSpec]]) -> list[str]:
         "run_users_not_in_truth",
     ]
     for name, spec in named:
-        if spec.metric in SIDE_METRICS:
-            keys.append(f"{name}.undefined_users")
-        extra = {"score": "auc_undefined_users", "rating": "rating_pairs"}.get(spec.definition.kind)
-        if extra and extra not in keys:
-            keys.append(extra)
+        for template, _ in spec.definition.counts:
+            key = template.format(name=name)
+            if key not in keys:
+                keys.append(key)
     return keys
 
 
@@ -124,7 +63,8 @@ def finish_state(
     catalog_size: int | Callable[[], int] | None = None,
     **options: Any,
 ) -> tuple[dict[str, float], dict[str, int]]:
-    """(summary, counts) of ``names`` from a (merged) :class:`State`.
+    """(summary, counts) of ``names`` from a (merged) :class:`State`: each metric's declared
+    reduction finishes its value.
 
     ``catalog_size`` is the denominator of ``coverage`` / ``gini`` (an int, or a function
     called only when one of them is asked);
@@ -132,66 +72,13 @@ def finish_state(
     """
     opts = resolve_options(options.pop("preset", None), **options)
     named = _specs(names)
-    sums, tables = state.sums, state.tables
-    summary: dict[str, float] = {}
-    for name, spec in named:
-        how = _reduction(spec, opts)
-        if how == "micro":
-            hits = sums.get(f"hits@{spec.k}", 0.0)
-            p = hits / max(sums.get(f"nret@{spec.k}", 0.0), 1)
-            r = hits / max(sums.get("n_rel", 0.0), 1)
-            pooled = {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
-            summary[name] = float(pooled[spec.metric])
-        elif how == "sum":
-            summary[name] = float(sums.get(f"{name}:sum", 0.0))
-        elif how in ("mean", "weighted", "ratio"):
-            den = sums.get(f"{name}:n", 0.0)
-            summary[name] = float(sums.get(f"{name}:sum", 0.0) / den) if den > 0 else float("nan")
-        elif how == "pairs":
-            hist = tables.get("scores")
-            summary[name] = _pooled_auc(hist) if hist is not None else float("nan")
-        elif how == "errors":
-            n = sums.get("rating:n", 0.0)
-            err = sums.get("rating:sse" if spec.metric == "rmse" else "rating:sae", 0.0)
-            value = err / n if n else float("nan")
-            summary[name] = float(np.sqrt(value)) if spec.metric == "rmse" else float(value)
-        else:  # items: coverage / gini over the catalog
-            table = tables.get(_top_key(spec.k))
-            freq = np.zeros(0) if table is None else table["n"].to_numpy(dtype=np.float64)
-            freq = freq[freq > 0]
-            if spec.metric == "distributional_coverage":  # needs no catalog
-                summary[name] = beyond.distributional_coverage(freq)
-                continue
-            if callable(catalog_size):
-                catalog_size = int(catalog_size())
-            if catalog_size is None:
-                raise ValueError(f"metric {name!r} needs the catalog size")
-            if len(freq) > catalog_size:
-                raise ValueError(
-                    f"'catalog' has {catalog_size} items but the run recommends {len(freq)} "
-                    "distinct items; pass the full catalog"
-                )
-            if spec.metric == "coverage":
-                summary[name] = beyond.coverage(np.arange(len(freq)), catalog_size)
-            else:
-                summary[name] = beyond.gini(
-                    np.concatenate([freq, np.zeros(catalog_size - len(freq))])
-                )
+    env = Finish(opts, catalog_size)
+    summary = {
+        name: float(spec.definition.reduction.finish(state, name, spec, env))
+        for name, spec in named
+    }
     counts = {key: int(state.counts.get(key, 0)) for key in _count_keys(named)}
     return summary, counts
-
-
-def _pooled_auc(hist: pd.DataFrame) -> float:
-    """AUC over every pooled (relevant, irrelevant) pair from a score histogram (ties 1/2).
-
-    Integer counts: the numerator ``2 · wins`` is exact."""
-    hist = hist.sort_index()
-    pos = hist["pos"].to_numpy(dtype=np.int64)
-    neg = hist["neg"].to_numpy(dtype=np.int64)
-    neg_before = np.cumsum(neg) - neg
-    wins2 = int((pos * (2 * neg_before + neg)).sum())
-    pairs = float(pos.sum()) * float(neg.sum())
-    return float(wins2 / 2) / pairs if pairs > 0 else float("nan")
 
 
 def _specs(names: Iterable[str] | str) -> list[tuple[str, MetricSpec]]:
@@ -206,116 +93,55 @@ def _specs(names: Iterable[str] | str) -> list[tuple[str, MetricSpec]]:
 
 def _depth(specs: list[MetricSpec]) -> int | None:
     """Largest cutoff the judged lists must reach (None = whole list)."""
-    ks: list[int | None] = [
-        s.k
-        for s in specs
-        if s.definition.kind in ("ranking", "run") and s.metric not in ("r_precision", "num_rel")
-    ]
+    ks = [s.k for s in specs if s.definition.depth == "cutoff"]
     if any(k is None for k in ks):
         return None
     return max((k for k in ks if k is not None), default=1)
 
 
-def _kernel_options(metric: str, opts: Options) -> dict[str, str]:
-    """The keyword options a ranking kernel takes from the conventions (AP, precision, NDCG)."""
-    if metric == "ap":
-        return {"denominator": opts.ap_denominator}
-    if metric in ("precision", "f1"):
-        return {"denominator": opts.precision_denominator}
-    if metric in ("ndcg", "idcg"):
-        return {"ideal": opts.ideal_dcg}
-    return {}
+def _kernel_options(metric: str, opts: Options) -> dict[str, Any]:
+    """The keyword options a metric's kernel takes from the conventions (its definition's
+    ``options``)."""
+    return get(metric).kernel_options(opts)
+
+
+def _inputs(specs: list[MetricSpec]) -> set[str]:
+    """What the requested metrics' batches need besides the judged lists."""
+    return {need for s in specs for need in s.definition.inputs}
 
 
 class _Accumulator:
-    """Per-user columns and pooled sums filled batch by batch."""
+    """Per-user values, per-user pieces and count tables of every metric, batch by batch, each
+    from its definition's ``compute``."""
 
     def __init__(
         self,
         prep: Prepared,
         specs: list[tuple[str, MetricSpec]],
         opts: Options,
+        popularity: pd.Series | None = None,
         side: BeyondInputs | None = None,
     ):
-        n = len(prep.users)
-        self.prep, self.specs, self.opts, self.side = prep, specs, opts, side
-        self.exposure: dict[str, tuple[np.ndarray, np.ndarray]] = {
-            name: (np.zeros(n), np.zeros(n)) for name, s in specs if s.metric == "exposure"
-        }
-        self.values = {name: np.full(n, np.nan) for name, _ in specs}
-        self.hits: dict[int | None, np.ndarray] = {}
-        self.nret: dict[int | None, np.ndarray] = {}
-        self.auc_wins, self.auc_pos, self.auc_neg = np.zeros(n), np.zeros(n), np.zeros(n)
-        self.pooled_scores: list[np.ndarray] = []
-        self.pooled_relevant: list[np.ndarray] = []
-        self.errors = [np.zeros(n), np.zeros(n), np.zeros(n)]
-        self.top: dict[int | None, list[np.ndarray]] = {}
+        self.prep, self.specs, self.opts = prep, specs, opts
+        self.popularity, self.side = popularity, side
+        self.values = {name: np.full(len(prep.users), np.nan) for name, _ in specs}
+        self.pieces: dict[str, dict[str, np.ndarray]] = {name: {} for name, _ in specs}
+        self.tables: dict[str, list[pd.DataFrame]] = {}
 
-    def add(self, batch: Batch, popularity: pd.Series | None) -> None:
-        j, users = batch.judged, batch.users
-        thr = self.opts.relevance_threshold
+    def add(self, batch: Batch) -> None:
+        view = BatchView(batch, self.prep, self.opts, self.popularity, self.side)
+        users, done = batch.users, set()
         for name, spec in self.specs:
             d = spec.definition
-            if d.kind == "ranking":
-                kw = _kernel_options(spec.metric, self.opts)
-                self.values[name][users] = d.kernel(j, k=spec.k, **kw)
-                if spec.metric in _MICRO:
-                    self.hits.setdefault(spec.k, np.zeros(len(self.prep.users)))[users] = (
-                        ranking.hits_at(j, k=spec.k)
-                    )
-                    self.nret.setdefault(spec.k, np.zeros(len(self.prep.users)))[users] = (
-                        ranking.num_ret(j, k=spec.k)
-                    )
-            elif d.kind == "run":
-                c = j.cut(spec.k)
-                valid = np.arange(c)[None, :] < j.n_ret[:, None]
-                top = batch.top_items[:, :c]
-                if spec.metric in ("coverage", "gini", "distributional_coverage"):
-                    self.top.setdefault(spec.k, []).append(top[valid])
-                if spec.metric in SIDE_METRICS and self.side is not None:
-                    value = self.side.per_user(
-                        spec,
-                        self.prep.item_ids(top[valid]),
-                        valid,
-                        j.hits[:, :c],
-                        self.prep.users[users],
-                    )
-                    if spec.metric == "exposure":
-                        num, den = self.exposure[name]
-                        num[users], den[users] = value
-                        with np.errstate(invalid="ignore", divide="ignore"):
-                            value = np.where(value[1] > 0, value[0] / value[1], np.nan)
-                    self.values[name][users] = value
-                if spec.metric in ("novelty", "popularity") and popularity is not None:
-                    count = np.zeros(top.shape)
-                    ids = self.prep.item_ids(top[valid])
-                    count[valid] = popularity.reindex(ids, fill_value=0).to_numpy()
-                    if spec.metric == "popularity":
-                        self.values[name][users] = beyond.popularity(count, valid)
-                    else:
-                        total = float(popularity.sum())
-                        share = np.maximum(count, 1) / total
-                        self.values[name][users] = beyond.novelty(share, valid)
-        if batch.scores is not None and batch.labels is not None:
-            cand = np.isfinite(batch.scores)
-            local = np.nonzero(cand)[0]
-            relevant = np.nan_to_num(batch.labels[cand], nan=0.0) >= thr
-            if any(s.definition.kind == "score" for _, s in self.specs):
-                part = scores.auc_counts(local, batch.scores[cand], relevant, len(users))
-                self.auc_wins[users] = part.wins
-                self.auc_pos[users] = part.n_pos
-                self.auc_neg[users] = part.n_neg
-                if any(s.metric == "global_auc" for _, s in self.specs):
-                    self.pooled_scores.append(batch.scores[cand])
-                    self.pooled_relevant.append(relevant)
-            judged = cand & np.isfinite(batch.labels)
-            rows = np.nonzero(judged)[0]
-            for acc, errors in zip(
-                self.errors,
-                rating.user_errors(rows, batch.labels[judged], batch.scores[judged], len(users)),
-                strict=True,
-            ):
-                acc[users] += errors
+            part = d.part(view, spec)
+            self.values[name][users] = part.values
+            for key, piece in part.pieces.items():
+                full = self.pieces[name].setdefault(key, np.zeros(len(self.prep.users)))
+                full[users] = piece
+            table = d.reduction.table_key(name, spec)
+            if table is not None and part.table is not None and table not in done:
+                self.tables.setdefault(table, []).append(part.table)
+                done.add(table)
 
 
 def _catalog_size(catalog: Any, prep: Prepared, train: pd.DataFrame | None) -> int:
@@ -374,32 +200,32 @@ def evaluate(
     named = _specs(names)
     specs = [s for _, s in named]
     prep = prepare(qrels, run, opts)
+    needs = _inputs(specs)
     popularity = None
-    if any(s.metric in ("novelty", "popularity") for s in specs):
+    if "popularity" in needs:
         if train is None or "item" not in getattr(train, "columns", []):
-            bad = next(n for n, s in named if s.metric in ("novelty", "popularity"))
+            bad = next(n for n, s in named if "popularity" in s.definition.inputs)
             raise ValueError(
                 f"metric {bad!r} needs train= (a DataFrame with an 'item' column) "
                 "for item popularity"
             )
         popularity = train["item"].value_counts()
     side = None
-    if any(s.metric in SIDE_METRICS for s in specs):
+    if "side" in needs:
         items_int = pd.api.types.is_integer_dtype(run["item"].dtype)
         side = BeyondInputs(
             named, opts, train, item_features, item_embeddings, item_groups, items_int
         )
-    acc = _Accumulator(prep, named, opts, side)
-    need_candidates = any(s.definition.kind in ("score", "rating") for s in specs)
+    acc = _Accumulator(prep, named, opts, popularity, side)
     for batch in batches(
         prep,
         opts,
         depth=_depth(specs),
-        need_rprec=any(s.metric == "r_precision" for s in specs),
-        need_candidates=need_candidates,
+        need_rprec=any(s.definition.depth == "relevant" for s in specs),
+        need_candidates="candidates" in needs,
         budget=batch_cells,
     ):
-        acc.add(batch, popularity)
+        acc.add(batch)
     return _finish(acc, named, prep, opts, train, catalog)
 
 
@@ -414,24 +240,13 @@ def _finish(
     """Per-user values finalized, the mergeable :class:`State`, and the summary finished from it."""
     empty = prep.n_rel == 0
     included = ~empty if opts.empty_users == "skip" else np.ones(len(empty), bool)
-    auc: scores.AucCounts | None = None
-    if any(spec.definition.kind == "score" for _, spec in named):
-        auc = scores.AucCounts(acc.auc_wins, acc.auc_pos, acc.auc_neg)
-        per_auc = scores.user_auc(auc)
     for name, spec in named:
-        d, values = spec.definition, acc.values[name]
-        if d.kind in ("ranking", "run") and d.needs_relevant:
+        if spec.definition.needs_relevant:
+            values = acc.values[name]
             values[~included] = np.nan
             if opts.empty_users == "one":  # torchmetrics' empty_target_action="pos"
                 values[empty] = 1.0
-        if d.kind == "score":
-            values[:] = np.nan if spec.metric == "global_auc" else per_auc
-        elif d.kind == "rating":
-            sse, sae, n = acc.errors
-            with np.errstate(invalid="ignore", divide="ignore"):
-                per = (sse if spec.metric == "rmse" else sae) / n
-            values[:] = np.where(n > 0, np.sqrt(per) if spec.metric == "rmse" else per, np.nan)
-    state = _state(acc, named, prep, opts, included, auc)
+    state = _state(acc, named, prep, opts, included)
     size = partial(_catalog_size, catalog, prep, train)
     summary, counts = finish_state(state, [n for n, _ in named], size, **opts.as_dict())
     per_user = pd.DataFrame(
@@ -447,56 +262,22 @@ def _state(
     prep: Prepared,
     opts: Options,
     included: np.ndarray,
-    auc: scores.AucCounts | None,
 ) -> State:
-    """The mergeable aggregates of finalized per-user values (see :class:`State`)."""
+    """The mergeable aggregates of finalized per-user values: each metric's declared counts and
+    reduction, over the users in its scope (those the ``empty_users`` policy keeps, for a metric
+    that needs a relevant item)."""
     st = State(counts=dict(prep.counts))
-    if auc is not None:
-        st.counts["auc_undefined_users"] = int(np.isnan(scores.user_auc(auc)).sum())
-    sums = st.sums
+    everyone = np.ones(len(prep.users), bool)
     for name, spec in named:
-        values, how = acc.values[name], _reduction(spec, opts)
-        if spec.metric in SIDE_METRICS:
-            scope = included if spec.definition.needs_relevant else np.ones(len(values), bool)
-            st.counts[f"{name}.undefined_users"] = int((scope & np.isnan(values)).sum())
-        if how == "micro":
-            none = np.zeros(len(prep.users))
-            sums[f"hits@{spec.k}"] = float(acc.hits.get(spec.k, none)[included].sum())
-            sums[f"nret@{spec.k}"] = float(acc.nret.get(spec.k, none)[included].sum())
-            sums["n_rel"] = float(prep.n_rel[included].sum())
-        elif how == "sum":
-            sums[f"{name}:sum"] = float(np.nansum(values))
-        elif how == "mean":
-            ok = ~np.isnan(values)
-            sums[f"{name}:sum"], sums[f"{name}:n"] = float(values[ok].sum()), float(ok.sum())
-        elif how == "weighted" and auc is not None:
-            weight = scores.gauc_weights(auc, opts.gauc_weight)
-            ok = ~np.isnan(values)
-            sums[f"{name}:sum"] = float(np.sum(values[ok] * weight[ok]))
-            sums[f"{name}:n"] = float(weight[ok].sum())
-        elif how == "pairs" and acc.pooled_scores:
-            score = np.concatenate(acc.pooled_scores)
-            relevant = np.concatenate(acc.pooled_relevant)
-            distinct, inverse = np.unique(score, return_inverse=True)
-            st.tables["scores"] = pd.DataFrame(
-                {
-                    "pos": np.bincount(inverse[relevant], minlength=len(distinct)),
-                    "neg": np.bincount(inverse[~relevant], minlength=len(distinct)),
-                },
-                index=pd.Index(distinct, name="score"),
-            ).astype(np.int64)
-        elif how == "errors":
-            sse, sae, n = acc.errors
-            sums["rating:sse"], sums["rating:sae"] = float(sse.sum()), float(sae.sum())
-            sums["rating:n"] = float(n.sum())
-            st.counts["rating_pairs"] = int(n.sum())
-        elif how == "ratio":
-            num, den = acc.exposure[name]
-            sums[f"{name}:sum"], sums[f"{name}:n"] = float(num.sum()), float(den.sum())
-        elif how == "items":
-            top = np.concatenate(acc.top.get(spec.k, [np.zeros(0, np.int64)]))
-            distinct, freq = np.unique(top, return_counts=True)
-            st.tables[_top_key(spec.k)] = pd.DataFrame(
-                {"n": freq.astype(np.int64)}, index=pd.Index(prep.item_ids(distinct), name="item")
-            )
+        d, values = spec.definition, acc.values[name]
+        scope = included if d.needs_relevant else everyone
+        pieces = dict(acc.pieces[name])
+        pieces.setdefault("undefined", np.isnan(values))
+        for template, piece in d.counts:
+            counted = pieces.get(piece, np.zeros(len(values)))
+            st.counts[template.format(name=name)] = int(counted[scope].sum())
+        d.reduction.state(st, name, values, pieces, scope, opts)
+        table = d.reduction.table_key(name, spec)
+        if table is not None and table not in st.tables and acc.tables.get(table):
+            st.tables[table] = add_tables(acc.tables[table])
     return st

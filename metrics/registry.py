@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MetricDef", "MetricSpec", "get", "list_metrics", "parse", "register"]
+import numpy as np
+
+from metrics.reduce import BatchView, Mean, Part, Reduction
+
+__all__ = ["MetricDef", "MetricSpec", "get", "list_metrics", "parse", "register", "unregister"]
 
 
 @dataclass(frozen=True)
@@ -18,8 +22,23 @@ class MetricDef:
     (predicted vs true ratings) or ``run`` (whole-run, beyond accuracy).
     ``cutoff``: ``optional`` (no ``@k`` = whole list), ``required`` or ``none``.
     ``aggregation``: ``mean`` over users, ``sum`` over users, or ``pooled`` (computed once over
-    every pair or the whole run). ``needs_relevant``: undefined for a user with no relevant item,
-    so the ``empty_users`` policy applies.
+    every pair or the whole run), as documentation; ``reduction`` is what the engines run.
+    ``needs_relevant``: undefined for a user with no relevant item, so the ``empty_users``
+    policy applies (and its pooled pieces count only the users the policy keeps).
+
+    How the engines compute it, from this definition alone (no engine names a metric):
+    ``compute(view, spec)`` gives one batch's :class:`metrics.reduce.Part` (per-user values,
+    additive pieces, a count table) from a :class:`metrics.reduce.BatchView`; by default
+    ``kernel(view.judged, k=spec.k, **kernel_options(opts))`` on the judged top-k lists
+    (``options``: ``(kernel keyword, Options field)`` pairs). ``reduction`` (a
+    :class:`metrics.reduce.Reduction`) turns the values and pieces into a mergeable state and
+    finishes it. ``depth``: how deep the ranked lists must be judged (``cutoff``: to ``k``, the
+    whole list without one; ``relevant``: to ``|T_u|`` as well; ``none``: no list). ``inputs``:
+    what else a batch needs (``candidates``: every scored candidate with its label;
+    ``popularity``: training item counts; ``side``: the beyond-accuracy side inputs).
+    ``counts``: ``(key, piece)`` pairs reported in ``Evaluation.counts``: the piece summed over
+    the users in scope (``{name}`` in the key is the requested name; the piece ``undefined`` is
+    the users whose final value is NaN).
     """
 
     name: str
@@ -32,6 +51,35 @@ class MetricDef:
     aggregation: str = "mean"
     needs_relevant: bool = True
     aliases: tuple[str, ...] = ()
+    options: tuple[tuple[str, str], ...] = ()
+    compute: Callable[[BatchView, MetricSpec], Part] | None = None
+    reduction: Reduction = field(default_factory=Mean)
+    depth: str = "cutoff"
+    inputs: frozenset[str] = frozenset()
+    counts: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.depth not in _DEPTHS:
+            raise ValueError(f"metric {self.name!r}: depth must be one of {_DEPTHS}")
+        unknown = set(self.inputs) - set(_INPUTS)
+        if unknown:
+            raise ValueError(f"metric {self.name!r}: unknown inputs {sorted(unknown)}")
+
+    def kernel_options(self, opts: Any) -> dict[str, Any]:
+        """The keyword arguments ``kernel`` takes from the conventions ``opts``."""
+        return {arg: getattr(opts, option) for arg, option in self.options}
+
+    def part(self, view: BatchView, spec: MetricSpec) -> Part:
+        """One batch's values (and pieces) of ``spec``: ``compute``, or the kernel on the judged
+        lists."""
+        if self.compute is not None:
+            return self.compute(view, spec)
+        values = self.kernel(view.judged, k=spec.k, **self.kernel_options(view.opts))
+        return Part(np.asarray(values, dtype=np.float64))
+
+
+_DEPTHS = ("cutoff", "relevant", "none")
+_INPUTS = ("candidates", "popularity", "side")
 
 
 @dataclass(frozen=True, order=True)
@@ -81,6 +129,14 @@ def register(definition: MetricDef) -> MetricDef:
             raise ValueError(f"metric name {name!r} is already registered")
     _REGISTRY[definition.name] = definition
     _ALIASES.update(dict.fromkeys(definition.aliases, definition.name))
+    return definition
+
+
+def unregister(name: str) -> MetricDef:
+    """Remove a metric (and its aliases) added by :func:`register`; returns its definition."""
+    definition = _REGISTRY.pop(name)
+    for alias in definition.aliases:
+        _ALIASES.pop(alias, None)
     return definition
 
 

@@ -39,8 +39,7 @@ from metrics.checks import require_columns, require_int
 from metrics.engine import validate_qrels, validate_run
 from metrics.evaluate import State
 from metrics.options import resolve_options
-from metrics.registry import MetricSpec, parse
-from metrics.side import SIDE_METRICS
+from metrics.registry import MetricDef, MetricSpec, list_metrics, parse, register
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,6 +63,8 @@ class _Plan:
     popularity: pd.Series | None = field(default=None, compare=False)
     train: pd.DataFrame | None = field(default=None, compare=False)  # side metrics only
     side: dict[str, Any] = field(default_factory=dict, compare=False)
+    # the requested metrics' definitions: registered in a worker that lacks one (a plug-in)
+    definitions: tuple[MetricDef, ...] = field(default=(), compare=False)
 
     def schema(self) -> str:
         """The output columns as a Spark DDL schema."""
@@ -126,6 +127,9 @@ def _bucket(plan: _Plan, run: pd.DataFrame, qrels: pd.DataFrame) -> pd.DataFrame
 
 
 def _evaluate_bucket(plan: _Plan, qrels: pd.DataFrame, run: pd.DataFrame) -> pd.DataFrame:
+    for definition in plan.definitions:
+        if definition.name not in list_metrics():
+            register(definition)
     opts = resolve_options(plan.preset, **plan.overrides)
     rows = {"_qrels_rows": len(qrels), "_run_rows": len(run)}
     if len(qrels) == 0:  # only users the truth does not know: nobody to evaluate
@@ -275,9 +279,9 @@ def evaluate_spark(
     require_int("batch_cells", batch_cells)
     named = _named(names)
     specs = list(named.values())
-    wants = {s.metric for s in specs}
-    if wants & {"novelty", "popularity"} and train is None:
-        bad = next(n for n, s in named.items() if s.metric in ("novelty", "popularity"))
+    needs = {need for s in specs for need in s.definition.inputs}  # declared by the definitions
+    if "popularity" in needs and train is None:
+        bad = next(n for n, s in named.items() if "popularity" in s.definition.inputs)
         raise ValueError(
             f"metric {bad!r} needs train= (a DataFrame with an 'item' column) for item popularity"
         )
@@ -296,10 +300,10 @@ def evaluate_spark(
     if train is not None and "item" not in train.columns:
         raise ValueError("train= needs an 'item' column")
     popularity = None
-    if wants & {"novelty", "popularity"}:
+    if "popularity" in needs:
         popularity = _popularity(train, item_kind)
     train_pd = None
-    if wants & set(SIDE_METRICS) and train is not None:
+    if "side" in needs and train is not None:
         train_pd = _side_frame(train)
     side = {
         key: _side_frame(value)
@@ -320,6 +324,7 @@ def evaluate_spark(
         popularity=popularity,
         train=train_pd,
         side=side,
+        definitions=tuple({s.definition.name: s.definition for s in specs}.values()),
     )
 
     def bucketed(df: DataFrame, cols: list[str]) -> DataFrame:

@@ -45,3 +45,68 @@ def test_merged_states_equal_one_evaluation(every_metric, options: dict) -> None
     top = run.sort_values(["user", "score", "item"], ascending=[True, False, True])
     top = top[top["user"].isin(qrels["user"])].groupby("user").head(5)
     assert summary["coverage@5"] == pytest.approx(top["item"].nunique() / 60, abs=1e-12)
+
+
+
+def _toy_miss_rate() -> metrics.MetricDef:
+    """A metric the library does not have, declared in one place: its kernel (items in the top
+    k that are not relevant) and its reduction (a ratio of sums, Σ misses / Σ list lengths,
+    which is not the mean of the per-user rates)."""
+    from metrics.reduce import Part, Pooled
+
+    def misses(j: metrics.Judged, *, k: int | None) -> np.ndarray:
+        return np.minimum(j.n_ret, j.cut(k)) - j.hits_at(k)
+
+    def compute(view, spec) -> Part:  # type: ignore[no-untyped-def]
+        miss = misses(view.judged, k=spec.k)
+        length = np.minimum(view.judged.n_ret, view.judged.cut(spec.k)).astype(np.float64)
+        rate = np.full(len(length), np.nan)
+        np.divide(miss, length, out=rate, where=length > 0)
+        return Part(rate, {"miss": miss, "len": length})
+
+    return metrics.MetricDef(
+        "toy_miss_rate",
+        "ranking",
+        misses,
+        "misses in the top k / list length, pooled over users",
+        needs_relevant=False,
+        compute=compute,
+        reduction=Pooled(("miss", "len"), lambda s: s["miss"] / s["len"]),
+    )
+
+
+@pytest.fixture
+def toy_metric():
+    """``toy_miss_rate`` registered for one test."""
+    from metrics.registry import register, unregister
+
+    register(_toy_miss_rate())
+    try:
+        yield "toy_miss_rate"
+    finally:
+        unregister("toy_miss_rate")
+
+
+def test_a_new_metric_is_one_declaration(toy_metric: str) -> None:
+    # top-2 lists: u1 [a (relevant), x] → 1 miss of 2; u2 [y, z] → 2 of 2; u3 [d (relevant)] →
+    # 0 of 1. Pooled: 3 / 5 = 0.6 (the mean of the per-user rates would be 0.5).
+    qrels = pd.DataFrame(
+        {"user": [1, 1, 2, 3], "item": ["a", "b", "c", "d"], "relevance": [1, 1, 1, 1]}
+    )
+    run = pd.DataFrame(
+        {
+            "user": [1, 1, 1, 2, 2, 3],
+            "item": ["a", "x", "b", "y", "z", "d"],
+            "score": [0.9, 0.8, 0.7, 0.9, 0.8, 0.5],
+        }
+    )
+    name = f"{toy_metric}@2"
+    ev = metrics.evaluate(qrels, run, [name, "precision@2"])
+    assert ev.summary[name] == pytest.approx(0.6, abs=1e-15)
+    assert ev.per_user[name].tolist() == [0.5, 1.0, 0.0]
+    parts = [
+        metrics.evaluate(qrels[qrels["user"] == u], run[run["user"] == u], [name]).state
+        for u in (1, 2, 3)
+    ]
+    summary, _ = metrics.finish_state(metrics.merge_states(parts), [name])
+    assert summary[name] == pytest.approx(0.6, abs=1e-15)

@@ -124,6 +124,44 @@ def test_every_metric_matches_numpy(
     assert not np.isnan(ev.summary["global_auc"]) and not np.isnan(ev.summary["gini@5"])
 
 
+def test_a_metric_registered_at_run_time_runs_on_spark(spark: Any) -> None:
+    """A plug-in metric, declared in one place (kernel + reduction), needs nothing from the
+    engine: its definition travels to the workers with the plan."""
+    from metrics.reduce import Part, Pooled
+    from metrics.registry import register, unregister
+
+    def compute(view: Any, spec: Any) -> Part:  # misses in the top k, pooled over users
+        j = view.judged
+        length = np.minimum(j.n_ret, j.cut(spec.k)).astype(np.float64)
+        miss = length - j.hits_at(spec.k)
+        rate = np.full(len(length), np.nan)
+        np.divide(miss, length, out=rate, where=length > 0)
+        return Part(rate, {"miss": miss, "len": length})
+
+    register(
+        metrics.MetricDef(
+            "toy_spark_miss_rate",
+            "ranking",
+            lambda j, k: j.hits_at(k),
+            "misses in the top k / list length, pooled",
+            needs_relevant=False,
+            compute=compute,
+            reduction=Pooled(("miss", "len"), lambda s: s["miss"] / s["len"]),
+        )
+    )
+    try:
+        qrels, run, _ = synthetic(4)
+        _, ev = both(spark, qrels, run, ["toy_spark_miss_rate@5", "precision@5"])
+        top = run.sort_values(["user", "score", "item"], ascending=[True, False, True])
+        top = top[top["user"].isin(qrels["user"])].groupby("user").head(5)
+        relevant = top.merge(qrels[qrels["relevance"] >= 1], on=["user", "item"])
+        assert ev.summary["toy_spark_miss_rate@5"] == pytest.approx(
+            1 - len(relevant) / len(top), abs=1e-12
+        )
+    finally:
+        unregister("toy_spark_miss_rate")
+
+
 def test_text_ids_catalog_and_parquet_inputs(
     spark: Any, every_metric: Any, tmp_path: Path
 ) -> None:
