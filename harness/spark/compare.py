@@ -31,13 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as _st
 
 import metrics
 from harness.compare import CompareSpec, PairComparison, compared_metrics
 from metrics import stats
 from metrics.checks import require_columns
-from metrics.gsb import GSB
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -295,7 +293,7 @@ def _first_pass(rows: DataFrame, hibs: Sequence[bool], spec: CompareSpec) -> pd.
     return pd.DataFrame(rows.groupBy(_SEG).agg(*aggs).toPandas()).set_index(_SEG)
 
 
-_CENTRED = ("ca", "cd", "caa", "cdd", "cad", "caaa", "cddd", "cdda", "cdaa")
+_CENTRED = ("aa", "dd", "ad", "aaa", "ddd", "dda", "daa")  # PairMoments.sum_<name>
 
 
 def _second_pass(
@@ -318,8 +316,7 @@ def _second_pass(
     for i, hib in enumerate(hibs):
         a, _, d, ok, _, _ = _terms(i, hib, spec)
         ac, dc = a - sf.col(f"ma{i}"), d - sf.col(f"md{i}")
-        powers = (ac, dc, ac * ac, dc * dc, ac * dc, ac * ac * ac, dc * dc * dc, dc * dc * ac,
-                  dc * ac * ac)  # fmt: skip
+        powers = (ac * ac, dc * dc, ac * dc, ac * ac * ac, dc * dc * dc, dc * dc * ac, dc * ac * ac)
         aggs += [
             sf.sum(sf.when(ok, p)).alias(f"{name}{i}")
             for name, p in zip(_CENTRED, powers, strict=True)
@@ -328,136 +325,18 @@ def _second_pass(
     return out.join(frame.set_index(_SEG))
 
 
-@dataclass(frozen=True)
-class _Sums:
-    """One metric of one segment reduced: what the normal intervals are computed from."""
-
-    n: int
-    mean_a: float
-    mean_b: float
-    mean_d: float
-    sum_d: float
-    d_min: float
-    d_max: float
-    good: int
-    bad: int
-    ca: float  # Σ(a − m_a), m_a: the first pass's mean (≈ 0)
-    cd: float
-    caa: float
-    cdd: float
-    cad: float
-    caaa: float
-    cddd: float
-    cdda: float
-    cdaa: float
-
-    @property
-    def same(self) -> int:
-        """Pairs neither good nor bad."""
-        return self.n - self.good - self.bad
-
-    def centred(self, lift: float) -> tuple[float, float, float]:
-        """Σ(x − x̄)², Σ(x − x̄)³ and Σx² of ``x = d − lift·a`` (``d`` alone for lift 0)."""
-        c = lift
-        s1 = self.cd - c * self.ca
-        s2 = self.cdd - 2 * c * self.cad + c * c * self.caa
-        s3 = self.cddd - 3 * c * self.cdda + 3 * c * c * self.cdaa - c**3 * self.caaa
-        shift = s1 / self.n  # x̄ minus the centre the sums were taken around
-        return s2 - self.n * shift**2, s3 - 3 * shift * s2 + 2 * self.n * shift**3, s2
-
-    def sd(self, lift: float = 0.0) -> float:
-        """sd (ddof=1) of ``d − lift·a``; exactly 0 when every ``d`` is equal (lift 0)."""
-        if lift == 0 and self.d_min == self.d_max:
-            return 0.0
-        m2 = self.centred(lift)[0]
-        return math.sqrt(max(m2, 0.0) / (self.n - 1))
-
-    def skew_ok(self, lift: float = 0.0) -> bool:
-        """``stats._skew_of_mean_ok`` of ``d − lift·a``: ``|skewness|/√n`` small enough."""
-        if lift == 0 and self.d_min == self.d_max:
-            return True
-        m2c, m3c, _ = self.centred(lift)
-        m2, m3 = m2c / self.n, m3c / self.n
-        if m2 <= 0:
-            return True
-        return abs(m3 / m2**1.5) / math.sqrt(self.n) <= stats._MAX_SKEW_OF_MEAN
-
-    def sum_squares(self) -> float:
-        """Σd² (raw); exactly 0 when every difference is 0."""
-        if self.d_min == self.d_max == 0:
-            return 0.0
-        return self.cdd + 2 * self.mean_d * self.cd + self.n * self.mean_d**2
-
-    def normal_ok(self) -> bool:
-        """:func:`metrics.stats.normal_ok` from the sums."""
-        total = self.sum_squares()
-        largest = max(self.d_min**2, self.d_max**2)
-        if total > 0 and largest > stats._MAX_FLIP_SHARE * total:
-            return False
-        if not stats._signs_skew_ok(self.good, self.bad, self.n) or not self.skew_ok():
-            return False
-        return self.mean_a == 0 or self.skew_ok(self.mean_d / self.mean_a)
-
-
-def _sums_of(first: pd.Series, second: pd.Series, i: int) -> _Sums:
-    n = int(first[f"n{i}"])
-    shift_a = float(second[f"ca{i}"]) / n
-    shift_d = float(second[f"cd{i}"]) / n
-    return _Sums(
-        n=n,
-        mean_a=float(second[f"ma{i}"]) + shift_a,
-        mean_b=float(first[f"sb{i}"]) / n,
-        mean_d=float(second[f"md{i}"]) + shift_d,
-        sum_d=float(first[f"sd{i}"]),
-        d_min=float(first[f"dmin{i}"]),
-        d_max=float(first[f"dmax{i}"]),
-        good=int(first[f"good{i}"]),
-        bad=int(first[f"bad{i}"]),
-        **{name: float(second[f"{name}{i}"]) for name in _CENTRED},
-    )
-
-
-def _normal_comparison(s: _Sums, spec: CompareSpec) -> stats.PairedComparison:
-    """``compare_many(method="normal")`` of one metric from its sums (the intervals, tests and
-    effect sizes of :func:`metrics.stats.compare`'s normal branch, with its defaults alpha 0.05
-    and power 0.8)."""
-    n, mean_a, diff = s.n, s.mean_a, s.mean_d
-    z = float(_st.norm.ppf(0.5 + spec.confidence / 2))
-    root = math.sqrt(n)
-    sd = s.sd()
-    half = z * sd / root
-    lift = stats._lift(diff, mean_a)
-    if math.isnan(lift):
-        lift_ci = (math.nan, math.nan)
-    else:
-        lift_half = z * s.sd(lift) / (root * abs(mean_a))
-        lift_ci = (lift - lift_half, lift + lift_half)
-    g = GSB(s.good, s.same, s.bad, (s.good - s.bad) / n if n else math.nan)
-    sign_mean = (s.good - s.bad) / n
-    if s.good == n or s.bad == n or s.same == n:
-        sign_sd = 0.0
-    else:
-        sq = s.good * (1 - sign_mean) ** 2 + s.bad * (1 + sign_mean) ** 2 + s.same * sign_mean**2
-        sign_sd = math.sqrt(sq / (n - 1))
-    sign_half = z * sign_sd / root
-    square = s.sum_squares()
-    p_rand = (
-        1.0 if square == 0 else float(min(1.0, 2 * _st.norm.sf(abs(s.sum_d) / math.sqrt(square))))
-    )
-    if sd == 0:
-        t, p_t = (float(np.copysign(np.inf, diff)), 0.0) if diff else (0.0, 1.0)
-        d_z = float(np.copysign(np.inf, diff)) if diff else 0.0
-    else:
-        t = diff / (sd / root)
-        p_t, d_z = float(2 * _st.t.sf(abs(t), n - 1)), diff / sd
-    mde = float((_st.norm.ppf(1 - 0.05 / 2) + _st.norm.ppf(0.8)) * sd / root)
-    return stats.PairedComparison(
-        n=n, dropped=0, mean_a=mean_a, mean_b=s.mean_b, diff=diff,
-        diff_ci=(diff - half, diff + half), lift=lift, lift_ci=lift_ci, p_randomization=p_rand,
-        t=float(t), df=n - 1, p_t=p_t, p_sign=stats.sign_test(s.good, s.bad),
-        effect_size=float(d_z), mde=mde, mde_rel=stats._lift(mde, abs(mean_a)), gsb=g,
-        gsb_ci=(sign_mean - sign_half, sign_mean + sign_half),
-        confidence=spec.confidence, n_resamples=0, method="normal",
+def _moments(first: pd.Series, second: pd.Series, i: int) -> stats.PairMoments:
+    """Metric ``i`` of one segment as :class:`metrics.stats.PairMoments` (centred on the first
+    pass's means)."""
+    return stats.PairMoments(
+        n=int(first[f"n{i}"]), sum_a=float(first[f"sa{i}"]), sum_b=float(first[f"sb{i}"]),
+        sum_d=float(first[f"sd{i}"]), min_d=float(first[f"dmin{i}"]),
+        max_d=float(first[f"dmax{i}"]), good=int(first[f"good{i}"]), bad=int(first[f"bad{i}"]),
+        center_a=float(second[f"ma{i}"]), center_d=float(second[f"md{i}"]),
+        sum_aa=float(second[f"aa{i}"]), sum_dd=float(second[f"dd{i}"]),
+        sum_ad=float(second[f"ad{i}"]), sum_aaa=float(second[f"aaa{i}"]),
+        sum_ddd=float(second[f"ddd{i}"]), sum_dda=float(second[f"dda{i}"]),
+        sum_daa=float(second[f"daa{i}"]),
     )  # fmt: skip
 
 
@@ -514,9 +393,9 @@ def _segment_rows(
         if int(first[f"n{i}"]) < 2:
             continue
         rows_of[i] = {}
-        sums = _sums_of(first, second, i)
-        if sums.n >= stats.NORMAL_MIN_N and sums.normal_ok():
-            results[i] = _normal_comparison(sums, spec)
+        m = _moments(first, second, i)
+        if m.n >= stats.NORMAL_MIN_N and stats.normal_ok_from_moments(m):
+            results[i] = stats.compare_from_moments(m, confidence=spec.confidence)
         else:
             collect.append(i)
     if collect:

@@ -18,7 +18,6 @@ from harness.spark import evaluate_spark
 from harness.spark.compare import (
     SparkSegments,
     _linear_quantile,
-    bucket_tables_spark,
     compare_models_spark,
     compare_spark,
     segments_spark,
@@ -259,7 +258,3 @@ def test_segments_and_item_buckets_through_the_engine(
     )  # fmt: skip
     assert notes == [] and len(pairs) == 1
     assert_same(pairs[0], ref)
-    direct = bucket_tables_spark(
-        q, (srecs["pop"], srecs["knn"]), ["ndcg@10"], sseg.item_bucket, tmp_path / "direct"
-    )
-    assert list(direct) == ["head", "mid", "tail"]
