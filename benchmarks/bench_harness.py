@@ -1,106 +1,141 @@
-"""The default pipeline on 1M synthetic events (~50k users, 20k items): seconds and peak memory
-per stage (load, split, fit, rank, metrics, logging).
+"""The main job, ``python -m harness``, at production sizes: per-stage seconds, CPU seconds and
+peak MB, for integer and string ids.
 
-    python benchmarks/bench_harness.py [--events 1000000 --users 50000 --items 20000]
+Each case runs the real CLI in a subprocess, as a user would: ``model=[popularity,item_knn]``,
+the default split, metrics, comparison and report, tracking to a new local sqlite store. Sizes
+are synthetic events with ``events / 20`` users and 50,000 items (10M events: 500k users).
+
+- ``synthetic``: ``dataset=synthetic`` (the data is generated in the run: load = generation);
+- ``int`` / ``str``: the same events from a Parquet file (``dataset=file``) with integer ids or
+  with text ids (``u00012345``, ``i00042``; pandas reads them as Arrow-backed ``str``).
+
+The machine may be shared: the table gives wall and CPU seconds (user + system, all threads)
+and the load average during the case. Stage rows come from the run's ``stages.json``.
+
+    python benchmarks/bench_harness.py --events 1000000 10000000 --ids synthetic int str
+    python benchmarks/bench_harness.py --events 50000000 --ids synthetic
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _measure import print_table, stage
+from _measure import print_table
 
-import metrics
 from harness import synthetic
-from harness.datasets import Dataset
-from harness.experiment import (
-    ExperimentResult,
-    MetricSuite,
-    ModelOutcome,
-    _recommendations,
-    qrels_from_test,
-)
-from harness.models import ImplicitItemCosine, PopularityModel, RandomModel
-from harness.record import record
-from harness.split import make_split
-from harness.tracking import Tracker
+
+ITEMS = 50_000
+
+
+def _write_events(events: int, ids: str, folder: Path) -> Path:
+    """The synthetic events of this size as Parquet, ids as integers or as text."""
+    frame = synthetic.generate(events // 20, ITEMS, events, seed=0)
+    if ids == "str":
+        users = np.char.add("u", np.char.zfill(np.arange(events // 20).astype(str), 8))
+        items = np.char.add("i", np.char.zfill(np.arange(ITEMS).astype(str), 5))
+        frame = frame.assign(
+            user=pd.array(users[frame["user"].to_numpy()], dtype="str"),
+            item=pd.array(items[frame["item"].to_numpy()], dtype="str"),
+        )
+    path = folder / f"events-{events}-{ids}.parquet"
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def run_case(events: int, ids: str, folder: Path) -> dict[str, Any]:
+    """One run of ``python -m harness``: its stage rows and the process's wall/CPU/peak."""
+    runs = folder / f"runs-{events}-{ids}"
+    if ids == "synthetic":
+        data = [
+            f"dataset.n_users={events // 20}",
+            f"dataset.n_items={ITEMS}",
+            f"dataset.n_events={events}",
+        ]
+    else:
+        data = ["dataset=file", f"dataset.path={_write_events(events, ids, folder)}"]
+    cmd = [
+        sys.executable, "-m", "harness", *data, "model=[popularity,item_knn]",
+        f"runs_dir={runs}", "progress=false",
+    ]  # fmt: skip
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    log_out, log_err = runs.with_suffix(".out"), runs.with_suffix(".err")
+    with log_out.open("w") as fo, log_err.open("w") as fe:
+        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe)
+        _, status, usage = os.wait4(proc.pid, 0)  # the child's own CPU time and peak RSS
+    wall = time.perf_counter() - t0
+    out, err = log_out.read_text(), log_err.read_text()
+    code = proc.returncode = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({code}):\n{err[-3000:]}")
+    stages = json.loads(next(runs.glob("results/*/*/stages.json")).read_text())
+    return {
+        "events": events,
+        "ids": ids,
+        "rows": stages["stages"],
+        "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "peak_mb": usage.ru_maxrss / 1024,
+        "load": (load0 + os.getloadavg()[0]) / 2,
+        "summary": out[out.find("ndcg@10") :].split("\n\n")[0],
+    }
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--events", type=int, default=1_000_000)
-    p.add_argument("--users", type=int, default=50_000)
-    p.add_argument("--items", type=int, default=20_000)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    p.add_argument("--ids", nargs="+", default=["synthetic", "int", "str"])
+    p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args()
-    rows: list[tuple[str, float, float]] = []
-    suite = MetricSuite(
-        k=10,
-        names=(
-            "ndcg@10",
-            "map@10",
-            "precision@10",
-            "recall@10",
-            "hit_rate@10",
-            "mrr@10",
-            "coverage@10",
-            "novelty@10",
-        ),
-    )
-    with stage(rows, "load (synthetic generate)"):
-        frame = synthetic.generate(args.users, args.items, args.events, seed=0)
-    with stage(rows, "split (global_time 0.8)"):
-        split = make_split(frame, "global_time", cut=0.8)
-    qrels = qrels_from_test(split.test, suite)
-    users = np.sort(qrels["user"].unique())
-    outcomes = {}
-    for name, model in [
-        ("random", RandomModel(seed=0)),
-        ("popularity", PopularityModel()),
-        ("item_knn", ImplicitItemCosine()),
-    ]:
-        with stage(rows, f"fit {name}"):
-            model.fit(split.train)
-        with stage(rows, f"rank {name} ({len(users):,} users, full catalog)"):
-            ids, scores = model.recommend(users, suite.k)
-        recs = _recommendations(users, ids, scores)
-        with stage(rows, f"metrics {name} ({len(suite.names)} metrics)"):
-            run = recs.assign(score=-recs["rank"])[["user", "item", "score"]]
-            ev = metrics.evaluate(
-                qrels, run, list(suite.names), train=split.train, catalog=frame["item"].unique()
-            )
-        outcomes[name] = ModelOutcome(name, ev, recs)
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "results"
-        result = ExperimentResult(
-            Dataset("synthetic", frame, "synthetic"), split, suite, outcomes, folder
-        )
-        from harness.experiment import save
-
-        with stage(rows, "save results locally (Parquet)"):
-            save(result)
-        with stage(rows, "logging (MLflow sqlite, new store)"):
-            tracker = Tracker(f"sqlite:///{tmp}/mlflow.db", "bench", Path(tmp) / "artifacts")
-            record(
-                tracker,
-                result,
-                run_name="bench",
-                config={"bench": True},
-                split_key="x",
-                model_params={},
+        for events in args.events:
+            for ids in args.ids:
+                results.append(run_case(events, ids, Path(tmp)))
+                r = results[-1]
+                print(
+                    f"{events:,} events, {ids} ids: wall {r['wall']:.1f} s, CPU {r['cpu']:.1f} s, "
+                    f"peak {r['peak_mb']:.0f} MB, load average {r['load']:.1f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    stages = list(dict.fromkeys(row["stage"] for r in results for row in r["rows"]))
+    header = ("stage", *(f"{r['events'] / 1e6:g}M {r['ids']}" for r in results))
+    table = []
+    for stage in stages:
+        cells = []
+        for r in results:
+            row = next((x for x in r["rows"] if x["stage"] == stage), None)
+            cells.append(
+                "-"
+                if row is None
+                else f"{row['seconds']:.1f} s / {row.get('cpu_seconds', float('nan')):.1f} cpu"
+                f" / {row['peak_mb']:.0f} MB"
             )
-    print(
-        f"{len(frame):,} events, {frame['user'].nunique():,} users, "
-        f"{frame['item'].nunique():,} items; test users {len(users):,}\n"
-    )
-    print_table(("stage", "seconds", "peak MB"), [(n, f"{s:.2f}", f"{m:.0f}") for n, s, m in rows])
-    print(f"\ntotal {sum(s for _, s, _ in rows):.1f} s")
+        table.append((stage, *cells))
+    table.append(("wall (process)", *(f"{r['wall']:.1f} s" for r in results)))
+    table.append(("CPU (process, user+sys)", *(f"{r['cpu']:.1f} s" for r in results)))
+    table.append(("peak RSS (process)", *(f"{r['peak_mb']:.0f} MB" for r in results)))
+    table.append(("load average (2 cores)", *(f"{r['load']:.1f}" for r in results)))
+    print("stage rows: wall seconds / CPU seconds / peak MB of the process so far\n")
+    print_table(header, table)
+    for r in results:
+        print(f"\n{r['events']:,} {r['ids']}:\n{r['summary']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -714,8 +714,31 @@ def _normalize_ratings(
     return v
 
 
+def _pair_codes(col: pd.Series) -> tuple[np.ndarray, int]:
+    """Non-negative int64 codes of one id column and their bound: the values shifted by the
+    minimum for integers (no hashing), else factorize codes."""
+    if pd.api.types.is_integer_dtype(col.dtype) and len(col):
+        v = col.to_numpy(dtype=np.int64)
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < 2**62:
+            return v - lo, hi - lo + 1
+    codes, uniques = pd.factorize(col, sort=False)
+    return codes.astype(np.int64, copy=False), max(len(uniques), 1)
+
+
+def _distinct_pairs(df: pd.DataFrame) -> bool:
+    """True when no (user, item) pair repeats (then no event repeats either): one int64 key
+    per row and a sort, much cheaper than hashing three columns."""
+    users, n_users = _pair_codes(df[USER])
+    items, n_items = _pair_codes(df[ITEM])
+    if n_users * n_items >= 2**63:
+        return False  # no single int64 key: let the general check decide
+    key = np.sort(users * n_items + items)
+    return not bool((key[1:] == key[:-1]).any())
+
+
 def _apply_duplicate_policy(df: pd.DataFrame, duplicates: str, source: str) -> pd.DataFrame:
-    if duplicates == "keep_all":
+    if duplicates == "keep_all" or _distinct_pairs(df):
         return df
     key = [USER, ITEM, TIMESTAMP]
     if duplicates == "error":

@@ -70,6 +70,9 @@ class ModelOutcome:
     recommendations: pd.DataFrame | None = None
     error: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    #: CPU seconds and the process's peak MB after each part (the run's stage table only)
+    cpu: dict[str, float] = field(default_factory=dict)
+    peaks: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -205,7 +208,7 @@ def _evaluate(
     users = np.sort(qrels["user"].unique())
     score_names = [n for n in suite.names if metrics.parse(n).definition.kind == "score"]
     auc_counts = None
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if candidates is None:
         ids, scores, auc_counts = _rank_catalog(model, users, qrels, suite, score_names, outcome)
         outcome.recommendations = _recommendations(users, np.asarray(ids), np.asarray(scores))
@@ -219,7 +222,8 @@ def _evaluate(
         outcome.info["candidates_unscored"] = unscored
         if score_names:
             outcome.info["auc_scope"] = "candidates"
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
+    outcome.peaks["rank"] = stage_log.peak_mb()
     run = run.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
     rating = [n for n in suite.names if metrics.parse(n).definition.kind == "rating"]
     ranking = [n for n in suite.names if n not in rating]
@@ -249,6 +253,8 @@ def _evaluate(
         )
     outcome.evaluation = ev
     outcome.seconds |= {"rank": t1 - t0, "metrics": time.perf_counter() - t1}
+    outcome.cpu |= {"rank": c1 - c0, "metrics": time.process_time() - c1}
+    outcome.peaks["metrics"] = stage_log.peak_mb()
 
 
 def _rank_catalog(
@@ -362,9 +368,11 @@ def run_models(
         bar.set_postfix_str(name)
         outcome = ModelOutcome(name)
         try:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             model.fit(split.train)
             outcome.seconds["fit"] = time.perf_counter() - t0
+            outcome.cpu["fit"] = time.process_time() - c0
+            outcome.peaks["fit"] = stage_log.peak_mb()
             _evaluate(model, outcome, qrels, split, suite, catalog, candidates, evaluate)
         except Exception as err:
             outcome.error = f"{type(err).__name__}: {err}"
@@ -377,7 +385,8 @@ def run_models(
                 "(set dataset.item_features)"
             )
         outcomes[name] = outcome
-        stage_log.stages.add_model(name, outcome.seconds)  # a status line and the stage table
+        # a status line and the stage table
+        stage_log.stages.add_model(name, outcome.seconds, outcome.cpu, outcome.peaks)
     options = metrics.resolve_options(**suite.evaluate_options()).as_dict()
     result = ExperimentResult(dataset, split, suite, outcomes, folder, options)
     save(result)

@@ -66,6 +66,7 @@ class Stages:
     show: bool = True
     rows: list[dict[str, Any]] = field(default_factory=list)
     _t0: float = field(default_factory=time.perf_counter)
+    _cpu0: float = field(default_factory=time.process_time)
 
     def say(self, text: str) -> None:
         """One status line (nothing when quiet)."""
@@ -76,23 +77,40 @@ class Stages:
     def stage(self, name: str, doing: str | None = None) -> Iterator[None]:
         """Time a step: a status line when it starts and one with its time when it ends."""
         self.say(f"… {doing or name}")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             seconds = time.perf_counter() - start
-            self.add(name, seconds)
+            self.add(name, seconds, time.process_time() - cpu)
             self.say(f"  {name}: {seconds:.1f} s")
 
-    def add(self, name: str, seconds: float) -> None:
-        """Record a step timed elsewhere (a model's fit, rank, metrics)."""
-        self.rows.append({"stage": name, "seconds": round(float(seconds), 3), "peak_mb": peak_mb()})
+    def add(
+        self, name: str, seconds: float, cpu: float | None = None, peak: float | None = None
+    ) -> None:
+        """Record a step timed elsewhere (a model's fit, rank, metrics): wall seconds, CPU
+        seconds (all threads; shows the work when the machine is shared) and the peak so far
+        (``peak``: as measured right after the step, default now)."""
+        row: dict[str, Any] = {"stage": name, "seconds": round(float(seconds), 3)}
+        if cpu is not None:
+            row["cpu_seconds"] = round(float(cpu), 3)
+        row["peak_mb"] = round(peak_mb() if peak is None else float(peak), 1)
+        self.rows.append(row)
 
-    def add_model(self, name: str, seconds: Mapping[str, float]) -> None:
-        """A model's fit/rank/metrics times, one row each, and one status line."""
+    def add_model(
+        self,
+        name: str,
+        seconds: Mapping[str, float],
+        cpu: Mapping[str, float] | None = None,
+        peaks: Mapping[str, float] | None = None,
+    ) -> None:
+        """A model's fit/rank/metrics times (wall, and CPU and the peak after each part when
+        measured), one row each, and one status line."""
         for part in ("fit", "rank", "metrics"):
             if part in seconds:
-                self.add(f"{name} {part}", seconds[part])
+                self.add(
+                    f"{name} {part}", seconds[part], (cpu or {}).get(part), (peaks or {}).get(part)
+                )
         parts = ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items())
         self.say(f"  model {name}: {parts}")
 
@@ -112,6 +130,7 @@ class Stages:
         return {
             "stages": self.rows,
             "total_seconds": round(time.perf_counter() - self._t0, 3),
+            "total_cpu_seconds": round(time.process_time() - self._cpu0, 3),
             "peak_mb": peak_mb(),
         }
 

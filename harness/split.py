@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -233,8 +233,12 @@ def apply_filters(
     require_choice("unseen", unseen, UNSEEN_POLICIES)
 
     train = split.train
-    ucode, n_u = _codes(train[USER])
-    icode, n_i = _codes(train[ITEM])
+    parts = _coded(train, split.test, split.valid)
+    coded_train, coded_test = cast(pd.DataFrame, parts[0]), cast(pd.DataFrame, parts[1])
+    coded_valid = parts[2]
+    filtering = max(min_user_interactions, min_item_interactions, kcore) > 1
+    ucode, n_u = _codes(coded_train[USER]) if filtering else (np.zeros(0, np.int64), 0)
+    icode, n_i = _codes(coded_train[ITEM]) if filtering else (np.zeros(0, np.int64), 0)
     keep = np.ones(len(train), dtype=bool)
     if min_user_interactions > 1:
         keep &= np.bincount(ucode, minlength=n_u)[ucode] >= min_user_interactions
@@ -248,22 +252,29 @@ def apply_filters(
             if not bad.any():
                 break
             keep &= ~bad
-    new_train = train[keep]
+    every = keep.all()  # nothing filtered: no copies
+    new_train, kept_train = (train, coded_train) if every else (train[keep], coded_train[keep])
     stats: dict[str, Any] = {
         "train_filtered_events": int((~keep).sum()),
-        "train_filtered_users": n_u - _nunique(new_train[USER]),
-        "train_filtered_items": n_i - _nunique(new_train[ITEM]),
+        "train_filtered_users": n_u - _nunique(kept_train[USER]) if filtering else 0,
+        "train_filtered_items": n_i - _nunique(kept_train[ITEM]) if filtering else 0,
     }
-    new_test, test_stats = _unseen(split.test, new_train, "test", unseen)
+    rows, test_stats = _unseen(coded_test, kept_train, "test", unseen)
+    new_test, kept_test = (
+        (split.test, coded_test) if rows is None else (split.test[rows], coded_test[rows])
+    )
     stats.update(test_stats)
-    new_valid = None
-    if split.valid is not None:
-        new_valid, valid_stats = _unseen(split.valid, new_train, "valid", unseen)
+    new_valid = kept_valid = None
+    if split.valid is not None and coded_valid is not None:
+        rows, valid_stats = _unseen(coded_valid, kept_train, "valid", unseen)
+        new_valid, kept_valid = (
+            (split.valid, coded_valid) if rows is None else (split.valid[rows], coded_valid[rows])
+        )
         stats.update(valid_stats)
     else:
         stats.update(_unseen_zero("valid"))
     stats["unseen_policy"] = unseen
-    stats.update(_describe(new_train, new_test, new_valid))
+    stats.update(_describe(kept_train, kept_test, kept_valid))
     params = {
         **split.params,
         "min_user_interactions": min_user_interactions,
@@ -342,8 +353,9 @@ def load_or_make_split(
     key = split_cache_key(df, method, params, digest=digest)
     root = Path(cache_dir)
     target = root / key
+    made = None
     if not (target / "split.json").is_file():
-        split = make_split(df, method, **dict(params))
+        split = made = make_split(df, method, **dict(params))
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex}"
         tmp.mkdir()
@@ -363,7 +375,7 @@ def load_or_make_split(
             _publish(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return _read_split(target)
+    return _read_split(target, made)
 
 
 def _publish(tmp: Path, target: Path) -> None:
@@ -391,9 +403,13 @@ def _publish(tmp: Path, target: Path) -> None:
         raise OSError(f"could not write the split cache {target}")
 
 
-def _read_split(folder: Path) -> Split:
+def _read_split(folder: Path, made: Split | None = None) -> Split:
+    """The cached split; ``made``: the one just written there, whose frames are used as they
+    are (the Parquet round trip gives them back unchanged) instead of being read back."""
     meta = json.loads((folder / "split.json").read_text())
     valid_path = folder / "valid.parquet"
+    if made is not None and meta.get("key") == folder.name:
+        return replace(made, stats=meta["stats"], name=meta["name"], params=meta["params"])
     return Split(
         train=pd.read_parquet(folder / "train.parquet"),
         test=pd.read_parquet(folder / "test.parquet"),
@@ -517,14 +533,14 @@ def _build(
     extra: dict[str, Any],
 ) -> Split:
     is_train = ~is_test if is_valid is None else ~(is_test | is_valid)
-    train = df[is_train]
-    test = df[is_test]
-    valid = None if is_valid is None else df[is_valid]
+    coded = cast(pd.DataFrame, _coded(df)[0])  # statistics on codes: one hash of text ids
+    train, test = coded[is_train], coded[is_test]
+    valid = None if is_valid is None else coded[is_valid]
     stats: dict[str, Any] = {
         "method": name,
         "n_input_events": len(df),
-        "n_input_users": _nunique(df[USER]),
-        "n_input_items": _nunique(df[ITEM]),
+        "n_input_users": _nunique(coded[USER]),
+        "n_input_items": _nunique(coded[ITEM]),
         **extra,
         "train_filtered_events": 0,
         "train_filtered_users": 0,
@@ -536,12 +552,55 @@ def _build(
     )
     stats["unseen_policy"] = "keep"
     stats.update(_describe(train, test, valid))
-    return Split(train=train, test=test, valid=valid, stats=stats, name=name, params=params)
+    return Split(
+        train=df[is_train],
+        test=df[is_test],
+        valid=None if is_valid is None else df[is_valid],
+        stats=stats,
+        name=name,
+        params=params,
+    )
+
+
+def _coded(*parts: pd.DataFrame | None) -> list[pd.DataFrame | None]:
+    """The parts' user, item and timestamp columns with text ids replaced by int64 codes shared
+    by all the parts (integer ids are kept): counting distinct ids, membership and grouping
+    give the same numbers on codes, and hashing text once instead of once per statistic is
+    most of a split's time on string ids."""
+    present = [p for p in parts if p is not None]
+    columns: dict[str, list[np.ndarray]] = {}
+    for name in (USER, ITEM):
+        series = [p[name] for p in present]
+        if all(pd.api.types.is_integer_dtype(x.dtype) for x in series):
+            columns[name] = [x.to_numpy() for x in series]
+            continue
+        joined = series[0] if len(series) == 1 else pd.concat(series, ignore_index=True)
+        codes, _ = pd.factorize(joined, sort=False)
+        columns[name] = np.split(codes.astype(np.int64), np.cumsum([len(x) for x in series])[:-1])
+    out: list[pd.DataFrame | None] = []
+    for p in parts:
+        if p is None:
+            out.append(None)
+            continue
+        i = len(out) - sum(q is None for q in out)
+        out.append(
+            pd.DataFrame(
+                {
+                    USER: columns[USER][i],
+                    ITEM: columns[ITEM][i],
+                    TIMESTAMP: p[TIMESTAMP].to_numpy(),
+                },
+                index=p.index,
+                copy=False,
+            )
+        )
+    return out
 
 
 def _unseen(
     part: pd.DataFrame, train: pd.DataFrame, prefix: str, policy: str
-) -> tuple[pd.DataFrame, dict[str, Any]]:
+) -> tuple[np.ndarray | None, dict[str, Any]]:
+    """Unseen counts of ``part`` and, when ``policy`` drops some, the rows kept (else None)."""
     user_seen = part[USER].isin(train[USER].unique()).to_numpy()
     item_seen = part[ITEM].isin(train[ITEM].unique()).to_numpy()
     unseen = ~(user_seen & item_seen)
@@ -560,8 +619,8 @@ def _unseen(
         stats[f"{prefix}_dropped_events"] = int(unseen.sum())
         stats[f"{prefix}_dropped_users"] = _nunique(part[USER]) - _nunique(kept[USER])
         stats[f"{prefix}_dropped_items"] = _nunique(part[ITEM]) - _nunique(kept[ITEM])
-        part = kept
-    return part, stats
+        return ~unseen, stats
+    return None, stats
 
 
 def check_usable(split: Split, frame: pd.DataFrame | None = None) -> Split:

@@ -116,9 +116,9 @@ def generate_with_items(
         raw = 2.8 + affinity + user_bias[users] + item_bias[items] + noise
         data[RATING] = np.clip(np.rint(raw), 1.0, 5.0)
 
-    df = pd.DataFrame(data)
-    order = np.lexsort((items, users, timestamps))
-    df = df.iloc[order].reset_index(drop=True)
+    order = _time_order(timestamps, users, items, n_users, n_items)
+    df = pd.DataFrame({name: values[order] for name, values in data.items()})
+    del data, order
     width = len(str(n_clusters - 1))
     categories = pd.DataFrame(
         {
@@ -130,6 +130,20 @@ def generate_with_items(
         df, source=f"synthetic(seed={seed})", rating_range=(1.0, 5.0) if ratings else None
     )
     return frame, categories
+
+
+def _time_order(
+    timestamps: np.ndarray, users: np.ndarray, items: np.ndarray, n_users: int, n_items: int
+) -> np.ndarray:
+    """Row order by (timestamp, user, item): one argsort of a composite int64 key when it fits
+    (the keys are distinct, so the order is the same as ``np.lexsort``'s), else lexsort."""
+    if timestamps.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    low = int(timestamps.min())
+    span = int(timestamps.max()) - low + 1
+    if span * n_users * n_items < 2**63:
+        return np.argsort(((timestamps - low) * n_users + users) * n_items + items)
+    return np.lexsort((items, users, timestamps))
 
 
 def _check_args(

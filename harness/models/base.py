@@ -221,7 +221,8 @@ class BaseRecommender:
 
     Subclasses implement ``_score(user_codes) -> float[b, n_items]`` (finite values) and may
     override ``_fit(matrix)`` and ``_score_unknown(users)`` (default: item popularity).
-    ``batch_size`` users are scored at a time (default: about 2**23 scores per batch).
+    At most ``batch_size`` users are scored at a time, and at most about 2**23 scores (64 MiB)
+    per batch whatever ``batch_size`` says (default: that many).
     """
 
     def __init__(
@@ -352,10 +353,17 @@ class BaseRecommender:
             raise ValueError(f"'users' must be a 1-D array of user ids (got shape {users.shape})")
         return users, int(k), self.exclude_seen if exclude_seen is None else exclude_seen
 
+    def _batch_users(self) -> int:
+        """Users per score block: ``batch_size`` at most, and never more than fit in
+        ``_BLOCK_ELEMENTS`` scores (64 MiB), so a wide catalog cannot make a block of gigabytes
+        (a user's scores do not depend on the batch, so neither do the lists)."""
+        fit = max(1, _BLOCK_ELEMENTS // max(self.item_ids_.size, 1))
+        return min(self.batch_size, fit) if self.batch_size else fit
+
     def _batches(self, users: np.ndarray, exclude: bool) -> Iterator[tuple[int, np.ndarray]]:
         """``(start, block)`` per user batch: the batch's score rows, seen items at ``-inf``."""
         codes = self._user_index.get_indexer(users)
-        batch = self.batch_size or max(1, _BLOCK_ELEMENTS // max(self.item_ids_.size, 1))
+        batch = self._batch_users()
         starts = range(0, users.size, batch)
         for start in tqdm(
             starts, disable=not self.progress, desc=type(self).__name__, unit="batch"
@@ -426,7 +434,7 @@ class BaseRecommender:
             return out
         item_codes = self._item_index.get_indexer(items.ravel()).reshape(n_users, m)
         codes = self._user_index.get_indexer(users)
-        batch = self.batch_size or max(1, _BLOCK_ELEMENTS // max(self.item_ids_.size, 1))
+        batch = self._batch_users()
         starts = range(0, n_users, batch)
         for start in tqdm(
             starts, disable=not self.progress, desc=type(self).__name__, unit="batch"
@@ -448,7 +456,7 @@ class BaseRecommender:
             if known.any():
                 block[known] = self._score(codes[known])
             block[~known] = self._score_unknown(users[~known])
-        if not np.isfinite(block).all():
+        if not (np.isfinite(block.max()) and np.isfinite(block.min())):  # NaN propagates
             raise ValueError(f"{type(self).__name__} produced non-finite scores")
         if not block.flags.writeable:
             block = block.copy()
