@@ -1,21 +1,23 @@
-"""Spark engine (local[2]) against the numpy engine on the same Parquet data: seconds and memory.
+"""The Spark engine end to end on ``local[2]``: top-k, per-user metrics and the comparison of two
+models on a scored-candidate table, with the driver's peak memory.
 
-The data is bench_metrics.py's seeded generator (users x 100 scored candidates, 1-10 relevant
-items per user), written to Parquet first (not timed). Every (engine, size) cell runs in a fresh
-subprocess:
+Data: ``users × 100`` scored candidates (bench_metrics.py's seeded generator, written chunk by
+chunk to Parquet first, not timed): one table ``user, item, score_a, score_b`` (two model
+versions of the same candidates; ``score_b`` leans towards the relevant items) and the truth
+(1-10 relevant items per user). Each size runs in a fresh subprocess:
 
-- numpy: ``pd.read_parquet`` both tables, then ``metrics.evaluate``; peak RSS growth of the
-  process (Linux clear_refs / VmHWM).
-- spark: ``spark_session("local[2]")`` (JVM start timed apart), then ``evaluate_spark`` on the
-  Parquet paths, twice: the first call also starts the Python workers. In local mode the
-  executors are threads of the driver's JVM (a child process of this Python) and the Python
-  workers that run the numpy kernels are separate processes forked by that JVM, so memory is
-  reported per process kind: driver Python (VmHWM), JVM (VmHWM, reset before each call) and
-  the sum over Python workers (sampled every 0.25 s during the first call only, so that the
-  sampling does not slow the timed second call), plus the sampled peak of all of them.
+- spark: ``spark_session("local[2]")`` (JVM start not counted), then for each model
+  ``topk_spark`` (k = 10) and ``evaluate_spark`` of the lists (per-user table written as Parquet,
+  never collected), then ``compare_spark`` of the two per-user tables (every metric, the normal
+  intervals from sums at this size). Memory per process kind: the driver's Python process
+  (VmHWM: its peak over the whole run, and its growth over the import baseline), the JVM (a child
+  process of the driver in local mode: executors are its threads; VmHWM), the Python workers the
+  JVM forks for the pandas UDFs (sum, sampled every 0.5 s).
+- numpy (``--numpy-max`` rows and below): the same in process (``pd.read_parquet``, a top-k by
+  sort, ``metrics.evaluate``, ``harness.compare.compare_pair``), to check the numbers agree.
 
-    python benchmarks/bench_spark.py                       # 1M and 10M scored rows
-    python benchmarks/bench_spark.py --users 10000         # 1M rows only
+    python benchmarks/bench_spark.py                          # 10M and 100M scored rows
+    python benchmarks/bench_spark.py --rows 1e6               # a quick check
 
 Needs the `spark` extra (pip install -e ".[spark]") and Java 17.
 """
@@ -25,6 +27,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -32,13 +36,17 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _measure import print_table  # noqa: E402
-from bench_metrics import CANDIDATES, METRICS, make_data  # noqa: E402
+from bench_metrics import CANDIDATES, METRICS, _int_data  # noqa: E402
 
 MB = 2**20
+K = 10
+CHUNK_USERS = 50_000
 
 
 def _status(pid: int | str, field: str) -> int:
@@ -52,12 +60,7 @@ def _status(pid: int | str, field: str) -> int:
     return 0
 
 
-def _reset_peak(pid: int | str = "self") -> None:
-    with contextlib.suppress(OSError):
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-
-
-def _children() -> dict[int, list[int]]:
+def _descendants(pid: int) -> list[int]:
     tree: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -65,11 +68,7 @@ def _children() -> dict[int, list[int]]:
         except (FileNotFoundError, ProcessLookupError, IndexError):
             continue
         tree.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    return tree
-
-
-def _descendants(pid: int) -> list[int]:
-    tree, out, todo = _children(), [], [pid]
+    out, todo = [], [pid]
     while todo:
         for child in tree.get(todo.pop(), []):
             out.append(child)
@@ -84,32 +83,24 @@ def _is_java(pid: int) -> bool:
         return False
 
 
-class _Sampler:
-    """Peak summed RSS of the JVM's Python workers and of all processes, sampled.
+class _Workers:
+    """Peak summed RSS of the processes the JVM forked (Python workers), sampled."""
 
-    The process tree is re-read every second and RSS every 0.25 s: on a 2-core machine a
-    tighter loop slows the measured run itself.
-    """
-
-    def __init__(self, interval: float = 0.25, rescan: float = 1.0):
-        self.interval, self.rescan, self.workers, self.total = interval, rescan, 0, 0
+    def __init__(self, jvm: int | None, interval: float = 0.5):
+        self.jvm, self.interval, self.peak = jvm, interval, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        import os
-
-        me, procs, scanned = os.getpid(), [], 0.0
-        while not self._stop.is_set():
-            if time.monotonic() - scanned > self.rescan:
-                procs, scanned = _descendants(me), time.monotonic()
-            java = [p for p in procs if _is_java(p)]
-            workers = sum(_status(p, "VmRSS") for p in procs if p not in java)
-            total = _status(me, "VmRSS") + workers + sum(_status(p, "VmRSS") for p in java)
-            self.workers, self.total = max(self.workers, workers), max(self.total, total)
+        procs: list[int] = []
+        scanned = 0.0
+        while not self._stop.is_set() and self.jvm:
+            if time.monotonic() - scanned > 2.0:
+                procs, scanned = _descendants(self.jvm), time.monotonic()
+            self.peak = max(self.peak, sum(_status(p, "VmRSS") for p in procs))
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> _Sampler:
+    def __enter__(self) -> _Workers:
         self._thread.start()
         return self
 
@@ -118,63 +109,135 @@ class _Sampler:
         self._thread.join()
 
 
+def write_data(folder: Path, n_users: int, seed: int = 0) -> None:
+    """The scored candidates and the truth as Parquet, written ``CHUNK_USERS`` users at a time."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    writers: dict[str, pq.ParquetWriter] = {}
+    try:
+        for start in range(0, n_users, CHUNK_USERS):
+            size = min(CHUNK_USERS, n_users - start)
+            qrels, run = _int_data(size, seed + start // CHUNK_USERS)
+            qrels["user"] += start
+            run["user"] += start
+            rel = run.merge(qrels, on=["user", "item"], how="left")["relevance"].notna()
+            rng = np.random.default_rng([seed, start])
+            noise = rng.random(len(run))
+            run = run.rename(columns={"score": "score_a"})
+            run["score_b"] = 0.8 * noise + 0.25 * rel.to_numpy() * rng.random(len(run))
+            qrels["relevance"] = qrels["relevance"].astype(np.float64)
+            for name, frame in (("run", run), ("qrels", qrels)):
+                table = pa.Table.from_pandas(pd.DataFrame(frame), preserve_index=False)
+                if name not in writers:
+                    writers[name] = pq.ParquetWriter(folder / f"{name}.parquet", table.schema)
+                writers[name].write_table(table)
+    finally:
+        for w in writers.values():
+            w.close()
+
+
+def _spec() -> object:
+    from harness.compare import CompareSpec
+
+    return CompareSpec(baseline="a", gsb_metric="ndcg@10", segments=False)
+
+
+def cell_spark(folder: Path, driver_memory: str, partitions: int) -> dict[str, object]:
+    from harness.spark import evaluate_spark, spark_session, topk_spark
+    from harness.spark.compare import compare_spark
+
+    base_rss = _status("self", "VmRSS")
+    t0 = time.perf_counter()
+    spark = spark_session(
+        "local[2]",
+        config={
+            "spark.sql.shuffle.partitions": partitions,
+            "spark.driver.memory": driver_memory,
+        },
+    )
+    jvm_start = time.perf_counter() - t0
+    jvm = next((p for p in _descendants(os.getpid()) if _is_java(p)), None)
+    run = spark.read.parquet(str(folder / "run.parquet"))
+    qrels = spark.read.parquet(str(folder / "qrels.parquet"))
+    stages: dict[str, float] = {}
+    summaries: dict[str, dict[str, float]] = {}
+    tables = {}
+    with _Workers(jvm) as workers:
+        for model in ("a", "b"):
+            t0 = time.perf_counter()
+            scored = run.select("user", "item", run[f"score_{model}"].alias("score"))
+            top = topk_spark(scored, K).select("user", "item", "score")
+            path = folder / f"per_user_{model}"
+            ev = evaluate_spark(
+                qrels, top, METRICS, spark=spark, buckets=2 * partitions,
+                per_user_path=path, collect_per_user=False,
+            )  # fmt: skip
+            stages[f"top-k + metrics {model}"] = time.perf_counter() - t0
+            summaries[model] = ev.summary
+            tables[model] = spark.read.parquet(str(path))
+        t0 = time.perf_counter()
+        pair = compare_spark(
+            tables["a"], tables["b"], METRICS, _spec(), baseline="a", candidate="b",
+            summaries=(summaries["a"], summaries["b"]),
+        )  # fmt: skip
+        stages["comparison"] = time.perf_counter() - t0
+    users = tables["a"].count()
+    out = {
+        "jvm_start": jvm_start,
+        "stages": stages,
+        "users": users,
+        "driver_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "driver_growth_mb": (_status("self", "VmHWM") - base_rss) / MB,
+        "jvm_peak_mb": _status(jvm, "VmHWM") / MB if jvm else float("nan"),
+        "workers_peak_mb": workers.peak / MB,
+        "summary": summaries["b"],
+        "table": pair.table.drop(columns=["method"]).to_dict("list"),
+        "methods": sorted(set(pair.table["method"].dropna())),
+    }
+    spark.stop()
+    return out
+
+
 def cell_numpy(folder: Path) -> dict[str, object]:
     import pandas as pd
 
     import metrics
+    from harness.compare import compare_pair
 
-    _reset_peak()
-    base = _status("self", "VmRSS")
     t0 = time.perf_counter()
-    qrels = pd.read_parquet(folder / "qrels.parquet")
     run = pd.read_parquet(folder / "run.parquet")
-    t1 = time.perf_counter()
-    ev = metrics.evaluate(qrels, run, METRICS)
-    t2 = time.perf_counter()
-    return {
-        "read": t1 - t0,
-        "evaluate": t2 - t1,
-        "driver_mb": (_status("self", "VmHWM") - base) / MB,
-        "summary": ev.summary,
-    }
-
-
-def cell_spark(folder: Path, driver_memory: str) -> dict[str, object]:
-    import os
-
-    from harness.spark import evaluate_spark, spark_session
-
+    qrels = pd.read_parquet(folder / "qrels.parquet")
+    read = time.perf_counter() - t0
     t0 = time.perf_counter()
-    spark = spark_session(
-        "local[2]",
-        config={"spark.sql.shuffle.partitions": 8, "spark.driver.memory": driver_memory},
-    )
-    start = time.perf_counter() - t0
-    jvm = next((p for p in _descendants(os.getpid()) if _is_java(p)), None)
-    paths = (str(folder / "qrels.parquet"), str(folder / "run.parquet"))
-    out: dict[str, object] = {"jvm_start": start}
-    for attempt in ("first", "second"):
-        # first call: cold Python workers, memory sampled; second: warm, timed without sampling
-        _reset_peak()
-        if jvm:
-            _reset_peak(jvm)
-        base = _status("self", "VmRSS")
-        sampler = _Sampler() if attempt == "first" else contextlib.nullcontext()
-        with sampler:
-            t0 = time.perf_counter()
-            ev = evaluate_spark(*paths, METRICS, spark=spark, buckets=16)
-            seconds = time.perf_counter() - t0
-        sampled = isinstance(sampler, _Sampler)
-        out[attempt] = {
-            "seconds": seconds,
-            "driver_mb": (_status("self", "VmHWM") - base) / MB,
-            "jvm_mb": _status(jvm, "VmHWM") / MB if jvm else float("nan"),
-            "workers_mb": sampler.workers / MB if sampled else float("nan"),
-            "total_mb": sampler.total / MB if sampled else float("nan"),
-        }
-        out["summary"] = ev.summary
-    spark.stop()
-    return out
+    evs = {}
+    for model in ("a", "b"):
+        score = run[f"score_{model}"].to_numpy()
+        order = np.lexsort((run["item"].to_numpy(), -score, run["user"].to_numpy()))
+        user = run["user"].to_numpy()[order]
+        first = np.r_[0, np.flatnonzero(user[1:] != user[:-1]) + 1]
+        rank = np.arange(len(user)) - np.repeat(first, np.diff(np.r_[first, len(user)]))
+        keep = order[rank < K]
+        top = pd.DataFrame(
+            {"user": run["user"].to_numpy()[keep], "item": run["item"].to_numpy()[keep],
+             "score": score[keep]}
+        )  # fmt: skip
+        evs[model] = metrics.evaluate(qrels, top, METRICS)
+    metrics_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pair = compare_pair(
+        "a", "b", (evs["a"].per_user, evs["b"].per_user), METRICS, _spec(),
+        summaries=(evs["a"].summary, evs["b"].summary),
+    )  # fmt: skip
+    return {
+        "read": read,
+        "metrics": metrics_s,
+        "comparison": time.perf_counter() - t0,
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "summary": evs["b"].summary,
+        "table": pair.table.drop(columns=["method"]).to_dict("list"),
+    }
 
 
 def measure(args: list[str], timeout: float) -> dict[str, object]:
@@ -185,101 +248,105 @@ def measure(args: list[str], timeout: float) -> dict[str, object]:
         return {"error": f"timeout after {timeout:.0f} s"}
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
-        return {"error": f"exit {proc.returncode}: {tail[:100]}"}
+        return {"error": f"exit {proc.returncode}: {tail[:120]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _largest_gap(x: dict[str, list], y: dict[str, list]) -> float:
+    """Largest |difference| between two comparison tables' numeric cells (NaN where NaN)."""
+    gap = 0.0
+    for col, values in y.items():
+        a, b = x.get(col), values
+        if a is None:
+            return float("inf")
+        with contextlib.suppress(TypeError, ValueError):
+            va, vb = np.asarray(a, np.float64), np.asarray(b, np.float64)
+            both = np.isfinite(va) & np.isfinite(vb)
+            if (np.isnan(va) != np.isnan(vb)).any():
+                return float("inf")
+            gap = max(gap, float(np.abs(va[both] - vb[both]).max(initial=0.0)))
+    return gap
 
 
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--users", type=int, nargs="+", default=[10_000, 100_000])
+    p.add_argument("--rows", type=float, nargs="+", default=[1e7, 1e8])
     p.add_argument("--driver-memory", default="4g", help="spark.driver.memory (JVM heap)")
-    p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--partitions", type=int, default=32, help="spark.sql.shuffle.partitions")
+    p.add_argument("--numpy-max", type=float, default=1e7, help="largest size run in-process")
+    p.add_argument("--timeout", type=float, default=7200)
     p.add_argument("--cell", nargs="+", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.cell:
         kind, folder = args.cell[0], Path(args.cell[1])
-        out = cell_numpy(folder) if kind == "numpy" else cell_spark(folder, args.cell[2])
+        out = (
+            cell_numpy(folder)
+            if kind == "numpy"
+            else cell_spark(folder, args.cell[2], int(args.cell[3]))
+        )
         print(json.dumps(out, default=float))
         return
     rows = []
-    for n in args.users:
+    for size in args.rows:
+        n_users = int(size) // CANDIDATES
+        label = f"{n_users * CANDIDATES / 1e6:g}M rows ({n_users:,} users)"
         with tempfile.TemporaryDirectory(prefix="bench_spark_") as tmp:
-            folder = Path(tmp)
-            qrels, run = make_data(n)
-            qrels.to_parquet(folder / "qrels.parquet", index=False)
-            run.to_parquet(folder / "run.parquet", index=False)
-            del qrels, run
-            label = f"{n * CANDIDATES / 1e6:g}M rows ({n} users)"
-            ref = measure(["numpy", tmp], args.timeout)
-            sp = measure(["spark", tmp, args.driver_memory], args.timeout)
-        if "error" in ref:
-            rows.append((label, "numpy", ref["error"], "", "", "", "", ""))
-        else:
+            t0 = time.perf_counter()
+            write_data(Path(tmp), n_users)
+            print(f"{label}: data written in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            ref = measure(["numpy", tmp], args.timeout) if size <= args.numpy_max else None
+            sp = measure(["spark", tmp, args.driver_memory, str(args.partitions)], args.timeout)
+        if ref is not None and "error" not in ref:
             rows.append(
                 (
-                    label,
-                    "numpy (read + evaluate)",
-                    f"{ref['read']:.2f} + {ref['evaluate']:.2f}",
-                    f"{ref['driver_mb']:.0f}",
-                    "-",
-                    "-",
-                    "-",
-                    "",
+                    label, "numpy (in process)",
+                    f"{ref['metrics']:.1f}", f"{ref['comparison']:.2f}",
+                    f"{ref['metrics'] + ref['comparison']:.1f}", f"{ref['peak_mb']:.0f}",
+                    "-", "-", f"read {ref['read']:.1f} s (not counted)",
                 )
-            )
+            )  # fmt: skip
+        elif ref is not None:
+            rows.append((label, "numpy", ref["error"], "", "", "", "", "", ""))
         if "error" in sp:
-            rows.append((label, "spark local[2]", sp["error"], "", "", "", "", ""))
+            rows.append((label, "spark local[2]", sp["error"], "", "", "", "", "", ""))
             continue
-        agree = (
-            max(abs(sp["summary"][m] - ref["summary"][m]) for m in METRICS)
-            if "summary" in ref
-            else float("nan")
-        )
-        for attempt in ("first", "second"):
-            r = sp[attempt]
-            note = f"JVM start {sp['jvm_start']:.1f} s (not counted)" if attempt == "first" else ""
-            if attempt == "second":
-                note = f"max |diff| vs numpy {agree:.1e}"
-            rows.append(
-                (
-                    label,
-                    f"spark local[2], {attempt} call",
-                    f"{r['seconds']:.2f}",
-                    f"{r['driver_mb']:.0f}",
-                    f"{r['jvm_mb']:.0f}",
-                    f"{r['workers_mb']:.0f}" if attempt == "first" else "(not sampled)",
-                    f"{r['total_mb']:.0f}" if attempt == "first" else "",
-                    note,
-                )
+        st = sp["stages"]
+        topk_metrics = st["top-k + metrics a"] + st["top-k + metrics b"]
+        note = f"JVM start {sp['jvm_start']:.0f} s (not counted); methods {sp['methods']}"
+        if ref is not None and "error" not in ref:
+            gap = max(
+                _largest_gap(sp["table"], ref["table"]),
+                max(abs(sp["summary"][m] - ref["summary"][m]) for m in METRICS),
             )
+            note += f"; max |diff| vs numpy {gap:.1e}"
+        rows.append(
+            (
+                label, "spark local[2]", f"{topk_metrics:.1f}", f"{st['comparison']:.1f}",
+                f"{topk_metrics + st['comparison']:.1f}",
+                f"{sp['driver_peak_mb']:.0f} (+{sp['driver_growth_mb']:.0f})",
+                f"{sp['jvm_peak_mb']:.0f}", f"{sp['workers_peak_mb']:.0f}", note,
+            )
+        )  # fmt: skip
     print_table(
         (
             "data",
             "engine",
-            "seconds",
-            "driver py MB (peak growth)",
-            "JVM MB (peak RSS)",
-            "py workers MB (peak sum)",
-            "all MB (peak sum)",
+            "top-k + metrics s (2 models)",
+            "comparison s",
+            "total s",
+            "driver py peak MB (growth)",
+            "JVM peak MB",
+            "py workers peak MB",
             "notes",
         ),
         rows,
     )
     print(
-        f"\nMetrics: {', '.join(METRICS)}. Spark: 8 shuffle partitions, 16 user buckets, "
-        f"driver heap {args.driver_memory}; the first call also starts the Python workers "
-        "and is sampled for memory, the second is timed alone.\n"
-        "On a cluster: the bucket step (shuffle of run + truth by user bucket, then the numpy "
-        "kernels per bucket) scales with executors; a bucket must fit one Python worker, so use "
-        "more buckets as the data grows (about 1-2M run rows per bucket). The driver receives "
-        "one metrics.State row per bucket (merged with metrics.merge_states) and the per-user "
-        "table (the Evaluation contract; "
-        "collect_per_user=False keeps it in Spark), so at tens of millions of users write it "
-        "with per_user_path instead. In local mode, Spark's fixed costs (JVM, shuffle, Arrow "
-        "transfer to Python workers) make it slower than the in-process numpy engine on one "
-        "machine; it pays off only when the data does not fit one machine."
+        f"\nMetrics: {', '.join(METRICS)} on each model's top-{K}; comparison of model b "
+        f"against a on every metric (segment 'all'). Spark: {args.partitions} shuffle "
+        f"partitions, {2 * args.partitions} user buckets, driver heap {args.driver_memory}."
     )
 
 
