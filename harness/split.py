@@ -62,13 +62,15 @@ __all__ = [
     "leave_one_out",
     "load_or_make_split",
     "make_split",
+    "occurrence",
+    "random_order",
     "random_split",
     "split_cache_key",
     "user_time",
 ]
 
 UNSEEN_POLICIES: tuple[str, ...] = ("drop", "keep")
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: random splits by a counter-based hash
 
 
 @dataclass(frozen=True, eq=False)
@@ -179,12 +181,14 @@ def random_split(
 ) -> Split:
     """Seeded random holdout of ``round(n * test_ratio)`` events (time ignored: leaks future).
 
-    The same frame (same row order) and seed give the same split.
+    Events are ordered by a counter-based hash of (seed, user, item, timestamp, occurrence) (see
+    :func:`random_order`), so the same events and seed give the same split in any row order,
+    and the Spark split (:mod:`harness.spark.split`) gives the same rows.
     """
     _check_frame(df)
     _check_ratios(test_ratio, valid_ratio)
     n = len(df)
-    perm = np.random.default_rng(seed).permutation(n)
+    perm = random_order(df, seed)
     n_test = int(np.floor(n * test_ratio + 0.5))
     n_valid = int(np.floor(n * valid_ratio + 0.5))
     is_test = np.zeros(n, dtype=bool)
@@ -195,6 +199,40 @@ def random_split(
         is_valid[perm[n_test : n_test + n_valid]] = True
     params = {"test_ratio": test_ratio, "seed": seed, "valid_ratio": valid_ratio}
     return _build(df, is_test, is_valid, "random", params, {})
+
+
+def occurrence(df: pd.DataFrame) -> np.ndarray:
+    """Each event's rank among the events with its (user, item, timestamp), by rating (if any)
+    then input row: what tells repeated events apart in :func:`random_order`."""
+    n = len(df)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    ucode, _ = pd.factorize(df[USER], sort=False)
+    icode, _ = pd.factorize(df[ITEM], sort=False)
+    ts = df[TIMESTAMP].to_numpy()
+    keys = [np.arange(n)] + ([df["rating"].to_numpy()] if "rating" in df.columns else [])
+    order = np.lexsort((*keys, ts, icode, ucode))
+    u, i, t = ucode[order], icode[order], ts[order]
+    new = np.r_[True, (u[1:] != u[:-1]) | (i[1:] != i[:-1]) | (t[1:] != t[:-1])]
+    starts = np.flatnonzero(new)
+    rank = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    occ = np.empty(n, dtype=np.int64)
+    occ[order] = rank
+    return occ
+
+
+def random_order(df: pd.DataFrame, seed: int) -> np.ndarray:
+    """Row positions ordered by the signed int64 hash ``harness.hashing.mix(seed, user, item,
+    timestamp, occurrence)``, ties (hash collisions) by user, item, timestamp, occurrence: a
+    uniformly random permutation that depends on the events and seed, not on row order."""
+    from harness.hashing import hash_ids, mix
+
+    ts = df[TIMESTAMP].to_numpy().astype(np.int64)
+    occ = occurrence(df)
+    h = mix(seed, hash_ids(df[USER]), hash_ids(df[ITEM]), ts, occ).view(np.int64)
+    ucode, _ = pd.factorize(df[USER], sort=True)
+    icode, _ = pd.factorize(df[ITEM], sort=True)
+    return np.lexsort((occ, ts, icode, ucode, h))
 
 
 METHODS: dict[str, Callable[..., Split]] = {

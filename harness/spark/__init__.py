@@ -15,16 +15,30 @@ PySpark is imported lazily, so the package imports without it.
 from harness.spark.io import read_interactions
 from harness.spark.metrics import evaluate_spark
 from harness.spark.session import JAVA17_HOME, spark_session
-from harness.spark.split import SparkSplit, global_time_spark, leave_one_out_spark
+from harness.spark.split import (
+    SparkSplit,
+    apply_filters_spark,
+    global_time_spark,
+    leave_one_out_spark,
+    make_split_spark,
+    method_split_spark,
+    random_split_spark,
+    user_time_spark,
+)
 from harness.spark.topk import topk_spark
 
 __all__ = [
     "JAVA17_HOME",
     "SparkSplit",
+    "apply_filters_spark",
     "evaluate_spark",
     "global_time_spark",
     "leave_one_out_spark",
+    "make_split_spark",
+    "method_split_spark",
+    "random_split_spark",
     "read_interactions",
     "spark_session",
     "topk_spark",
+    "user_time_spark",
 ]
