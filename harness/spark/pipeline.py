@@ -135,27 +135,23 @@ def _dataset_of(
     ``sha256`` is computed in Spark (row count and a sum of row hashes, order-free)."""
     from pyspark.sql import functions as sf
 
-    n = df.count()
-    if n <= driver_rows:
-        with _quiet():
-            frame = _driver_copy(df)
-        dataset = Dataset(name, frame, source)
-    else:
-        row = df.agg(sf.sum(sf.xxhash64(*df.columns).cast("decimal(38,0)"))).first()
-        dataset = Dataset(name, _empty(df), source)
-        digest = f"spark:{n}:{row[0] if row else 0}"
-        dataset.__dict__["sha256"] = digest  # the cached_property, set from Spark's digest
     features = spec.get("item_features")
+    side: dict[str, Any] = {}
     if features is not None:
         from harness.data import load_item_table
 
-        dataset = Dataset(
-            name,
-            dataset.frame,
-            source,
-            item_features=load_item_table(features, "item_features"),
-            item_groups=spec.get("item_groups"),
-        )
+        side = {
+            "item_features": load_item_table(features, "item_features"),
+            "item_groups": spec.get("item_groups"),
+        }
+    n = df.count()
+    if n <= driver_rows:
+        with _quiet():
+            return Dataset(name, _driver_copy(df), source, **side)
+    dataset = Dataset(name, _empty(df), source, **side)
+    row = df.agg(sf.sum(sf.xxhash64(*df.columns).cast("decimal(38,0)"))).first()
+    # the cached_property, from Spark: row count and an order-free sum of row hashes
+    dataset.__dict__["sha256"] = f"spark:{n}:{row[0] if row else 0}"
     return dataset
 
 

@@ -1,0 +1,142 @@
+"""``engine=spark`` end to end (harness.spark.pipeline): the same lists, metrics and gate as the
+numpy engine on a user's Parquet file with string ids; per-user and top-k tables written by
+Spark and referenced from the MLflow run; large tables kept off the driver.
+
+The reference is the numpy engine's run of the same config (its own code path: pandas loading,
+in-process split, models and ``metrics.evaluate``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import pandas as pd
+
+from harness import synthetic
+
+TOL = 1e-9
+
+
+def text_events(path: Path) -> pd.DataFrame:
+    """Synthetic events with string ids (``u12``, ``i7``) written as Parquet."""
+    frame = synthetic.generate(n_users=200, n_items=120, n_events=3000, seed=4)
+    frame = frame.assign(user="u" + frame["user"].astype(str), item="i" + frame["item"].astype(str))
+    frame = frame.astype({"user": object, "item": object})
+    frame.to_parquet(path, index=False)
+    return frame
+
+
+def scores_file(events: pd.DataFrame, path: Path) -> None:
+    """A precomputed model version: tied integer scores for (user, item) pairs."""
+    rng = np.random.default_rng(0)
+    users = pd.unique(events["user"])
+    items = pd.unique(events["item"])[:60]
+    grid = pd.MultiIndex.from_product([users, items], names=["user", "item"]).to_frame(index=False)
+    grid["score"] = rng.integers(0, 5, len(grid)).astype(float)
+    grid.to_parquet(path, index=False)
+
+
+def spark_lists(folder: Path) -> pd.DataFrame:
+    frame = pd.read_parquet(folder / "topk.parquet")
+    return frame.sort_values(["user", "rank"]).reset_index(drop=True)
+
+
+def test_engine_spark_file_dataset_equals_numpy_and_logs_table_uris(
+    harness_cli: Any, tmp_path: Path
+) -> None:
+    data = tmp_path / "events.parquet"
+    events = text_events(data)
+    scores_file(events, tmp_path / "scores.parquet")
+    common = [
+        "dataset=file",
+        f"dataset.path={data}",
+        "dataset.columns.rating=null",
+        "model=[popularity,precomputed,item_knn]",
+        f"model.precomputed.path={tmp_path / 'scores.parquet'}",
+        "split=leave_one_out",
+        "progress=false",
+        "compare.n_resamples=200",
+    ]
+    found = {}
+    for engine in ("numpy", "spark"):
+        cwd = tmp_path / engine
+        extra = ["engine=spark", "engine.master='local[2]'"] if engine == "spark" else []
+        proc = harness_cli.run(cwd, *common, *extra, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent
+        found[engine] = (proc.stdout, folder, cwd)
+    (out_n, dir_n, _), (out_s, dir_s, cwd_s) = found["numpy"], found["spark"]
+    summary_n = pd.read_csv(dir_n / "summary.csv", index_col=0)
+    summary_s = pd.read_csv(dir_s / "summary.csv", index_col=0)
+    assert list(summary_n.index) == ["popularity", "precomputed", "item_knn"]
+    assert np.allclose(summary_n.to_numpy(), summary_s.to_numpy(), atol=TOL, rtol=0)
+    for model in summary_n.index:
+        # Spark wrote both tables (a folder of part files), never pandas on the driver
+        assert (dir_s / model / "per_user.parquet").is_dir()
+        assert (dir_s / model / "topk.parquet").is_dir()
+        lists_n = pd.read_parquet(dir_n / model / "topk.parquet")
+        lists_n = lists_n.sort_values(["user", "rank"]).reset_index(drop=True)
+        lists_s = spark_lists(dir_s / model)
+        assert lists_n[["user", "rank", "item"]].equals(lists_s[["user", "rank", "item"]])
+        assert np.array_equal(lists_n["score"].to_numpy(), lists_s["score"].to_numpy())
+        a = pd.read_parquet(dir_n / model / "per_user.parquet")
+        b = pd.read_parquet(dir_s / model / "per_user.parquet").set_index("user").reindex(a.index)
+        assert np.allclose(a.to_numpy(), b.to_numpy(), atol=TOL, rtol=0, equal_nan=True)
+    verdict = [x for x in out_n.splitlines() if "gate" in x or "ΔGSB" in x]
+    assert verdict and verdict == [x for x in out_s.splitlines() if "gate" in x or "ΔGSB" in x]
+
+    # the MLflow run of each model names its per-user table and holds it as an artifact
+    client = mlflow.MlflowClient(f"sqlite:///{cwd_s / 'runs' / 'mlflow.db'}")
+    runs = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], "tags.model != ''"
+    )
+    by_model = {r.data.tags["model"]: r for r in runs}
+    assert set(by_model) == {"popularity", "precomputed", "item_knn"}
+    engines = {"popularity": "spark", "precomputed": "spark", "item_knn": "plugin"}
+    for model, run in by_model.items():
+        assert run.data.tags["model.engine"] == engines[model]
+        assert run.data.tags["model.per_user_uri"] == str(
+            dir_s.resolve() / model / "per_user.parquet"
+        )
+        logged = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert "per_user.parquet" in logged
+
+
+def test_large_tables_stay_off_the_driver(spark: Any, tmp_path: Path) -> None:
+    """Above ``driver_rows`` the split, lists and per-user tables are not copied to the driver;
+    the summary is the same as with copies, and the Spark tables are there for the comparison."""
+    from harness.experiment import MetricSuite
+    from harness.models import PopularityModel
+    from harness.spark.pipeline import load_spark, run_models_spark, split_spark
+
+    spec = {"kind": "synthetic", "n_users": 80, "n_items": 40, "n_events": 900, "seed": 1}
+    suite = MetricSuite(k=5, names=("ndcg@5", "recall@5", "coverage@5", "novelty@5", "auc"))
+    summaries = {}
+    for rows in (10**6, 10):
+        events, dataset = load_spark(spark, spec, rows)
+        sp, split = split_spark(events, "global_time", {"cut": 0.8}, rows)
+        folder = tmp_path / f"rows{rows}"
+        result = run_models_spark(
+            spark, dataset, events, sp, split, {"pop": PopularityModel()}, suite, folder,
+            driver_rows=rows,
+        )  # fmt: skip
+        outcome = result.outcomes["pop"]
+        assert outcome.ok, outcome.error
+        assert result.tables is not None and "pop" in result.tables.per_user
+        summaries[rows] = outcome.evaluation.summary
+        if rows == 10:
+            assert len(split.train) == 0 and len(split.test) == 0
+            assert outcome.recommendations is None
+            assert len(outcome.evaluation.per_user) == 0
+            assert split.stats["n_train_events"] > 0  # the stats come from Spark
+        else:
+            assert len(outcome.recommendations) == result.tables.lists["pop"].count()
+        assert np.isnan(outcome.evaluation.summary["auc"])
+        assert any("auc" in note for note in outcome.notes)
+    big, small = summaries[10**6], summaries[10]
+    assert big.keys() == small.keys()
+    for name in big:
+        assert np.isclose(big[name], small[name], atol=TOL, rtol=0, equal_nan=True)
