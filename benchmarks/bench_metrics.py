@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -48,7 +49,9 @@ def make_data(n_users: int, seed: int = 0, ids: str = "int") -> tuple[pd.DataFra
         if ids == "category":
             return pd.Categorical.from_codes(codes.to_numpy(), pd.Index(pd.array(names, "str")))
         text = pd.array(names.take(pa.array(codes.to_numpy())), dtype="str")  # no Python objects
-        return text if ids == "str" else np.asarray(text, dtype=object)
+        # an object column stays object only as a Series of that dtype (pandas 3 infers `str`
+        # from an object array of strings)
+        return text if ids == "str" else pd.Series(np.asarray(text, dtype=object), dtype=object)
 
     for df in (qrels, run):
         df["user"] = convert(df["user"], users)
@@ -342,6 +345,7 @@ def main() -> None:
         return
     rows = []
     ratios = []
+    load_start = os.getloadavg()
     for n in args.sizes:
         res = {c: measure(*c, n, args.timeout, args.repeat) for c in _plan(n, args)}
         ref = res[("ours", "int")]
@@ -362,6 +366,12 @@ def main() -> None:
     for r in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)))
     print("\nours, time with string-like ids / time with int ids: " + "; ".join(ratios))
+    load = ", ".join(f"{a:.1f}" for a in load_start)
+    load_end = ", ".join(f"{a:.1f}" for a in os.getloadavg())
+    print(
+        f"load average (1, 5, 15 min) on {os.cpu_count()} cores: {load} at the start, "
+        f"{load_end} at the end (wall times grow with it; CPU seconds much less)"
+    )
     print(f"CLI cold start (python -m metrics on trec_eval's test files): {cli_cold_start():.2f} s")
     print(
         "ranx/pytrec_eval get the str tables and their times include building their inputs "

@@ -31,7 +31,11 @@ QRELS_COLUMNS = ("user", "item", "relevance")
 RUN_COLUMNS = ("user", "item", "score")
 
 
-def _check_columns(df: pd.DataFrame, needed: tuple[str, ...], what: str) -> None:
+def _check_columns(
+    df: pd.DataFrame, needed: tuple[str, ...], what: str, object_ids: bool = True
+) -> None:
+    """Columns present, rows present, no missing id (in object id columns only when
+    ``object_ids``: ``prepare`` finds those while encoding, for free)."""
     require_frame(df, what)
     require_columns(df.columns, needed, what)
     if len(df) == 0:
@@ -39,6 +43,8 @@ def _check_columns(df: pd.DataFrame, needed: tuple[str, ...], what: str) -> None
     for c in ("user", "item"):
         if isinstance(df[c].dtype, np.dtype) and df[c].dtype.kind in "iu":
             continue  # numpy integers cannot be missing
+        if not object_ids and df[c].dtype == object:
+            continue
         nulls = df[c].isna().to_numpy()
         if nulls.any():
             row = int(np.flatnonzero(nulls)[0])
@@ -76,9 +82,10 @@ def validate_qrels(qrels: pd.DataFrame) -> np.ndarray:
     return rel
 
 
-def validate_run(run: pd.DataFrame) -> np.ndarray:
-    """Check the run table; return its scores as float64."""
-    _check_columns(run, RUN_COLUMNS, "run")
+def validate_run(run: pd.DataFrame, *, object_ids: bool = True) -> np.ndarray:
+    """Check the run table; return its scores as float64 (``object_ids=False``: the caller
+    checks object id columns for missing ids)."""
+    _check_columns(run, RUN_COLUMNS, "run", object_ids)
     score = _numeric(run, "score", "run")
     _check_finite(score, run, "score", "run")
     return score
@@ -163,11 +170,16 @@ def _encode(piece: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return enc.indices.to_numpy(), enc.dictionary.cast(pa.large_string())
 
 
-def _codes(series: pd.Series, pool: Executor | None) -> _Coded:
+def _missing_id(what: str, column: object, row: int) -> ValueError:
+    return ValueError(f"{what} column {column!r} has a missing id at row {row}")
+
+
+def _codes(series: pd.Series, pool: Executor | None, what: str | None = None) -> _Coded:
     """Int codes of a string-like id column, without turning it into Python objects.
 
     Arrow-backed columns are dictionary-encoded in Arrow (in pieces on ``pool``), categoricals
-    give their codes; other columns (object, python strings) are factorized by pandas.
+    give their codes; other columns (object, python strings) are factorized by pandas, which
+    also finds missing ids (code -1): reported as ``what``'s when given.
     """
     data = _arrow_strings(series)
     if data is not None:
@@ -178,6 +190,8 @@ def _codes(series: pd.Series, pool: Executor | None) -> _Coded:
     if isinstance(series.dtype, pd.CategoricalDtype):
         return _Coded([series.cat.codes.to_numpy()], [_as_strings(series.cat.categories)])
     codes, uniques = pd.factorize(series)
+    if what is not None and len(codes) and codes.min() < 0:
+        raise _missing_id(what, series.name, int(np.argmax(codes < 0)))
     return _Coded([codes], [_as_strings(uniques)])
 
 
@@ -256,10 +270,13 @@ def _group_rows(
     elif data is None and not isinstance(series.dtype, pd.CategoricalDtype):
         values = series.to_numpy(dtype=object)  # object or python strings: compared in place
         starts = _runs(values)
+        missing = pd.isna(values[starts])  # a missing id starts a run of its own
+        if missing.any():
+            raise _missing_id("run", series.name, int(starts[np.argmax(missing)]))
         firsts = _as_strings(values[starts])
     if firsts is not None and pc.count_distinct(firsts).as_py() == len(firsts):
         return None, np.append(starts, len(series)), _Coded([np.arange(len(starts))], [firsts])
-    coded = _codes(series, pool)
+    coded = _codes(series, pool, "run")
     if len(coded.codes) > 1:  # pieces with their own dictionaries: one code space first
         (keys,), distinct = _link([coded], pool)
         coded = _Coded([keys], [distinct])
@@ -322,7 +339,7 @@ def _item_keys(
         rank[order] = np.arange(len(order), dtype=np.int64)
         keys = rank[codes]
         return keys[: len(q)], keys[len(q) :], values[order], 0, len(values)
-    (q_keys, r_keys), distinct = _link([_codes(q_item, pool), _codes(r_item, pool)], pool)
+    (q_keys, r_keys), distinct = _link([_codes(q_item, pool), _codes(r_item, pool, "run")], pool)
     values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)
     return q_keys, r_keys, values, 0, len(values)
 
@@ -360,7 +377,7 @@ class Prepared:
 def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepared:
     """Validate, encode and index both tables once."""
     rel = validate_qrels(qrels)
-    score = validate_run(run)
+    score = validate_run(run, object_ids=False)  # missing object ids: found while encoding
     _same_kind(qrels["user"], run["user"], "user")
     items_int = _same_kind(qrels["item"], run["item"], "item")
 
