@@ -15,12 +15,15 @@ different hit rates. The per-user tables come from `metrics.evaluate` and are no
   run; the others, which draw the same resamples for the same number of users, are counted at
   its CPU time (an estimate, marked as such in the table).
 - `after`: `compare_pair` as it is now (`metrics.stats.compare_many`, `method="auto"`): resamples
-  drawn once per segment below `NORMAL_MIN_N` users, normal / delta-method intervals and the
-  normal sign-flip p-value at and above it; each item bucket evaluates only its users' lists.
+  drawn once per segment below `NORMAL_MIN_N` users, normal / delta-method intervals (from the
+  sums of `metrics.stats.compare_from_moments`) and the normal sign-flip p-value at and above it;
+  the item buckets judge each model's lists once and mask the judged relevance per bucket
+  (`harness.compare.buckets`). A second table splits its time into stages: the segments from
+  the training events, the rows (statistics) of each segment, the item-bucket tables, the rest.
 
 Each (size, path) runs in a fresh subprocess; peak memory is the growth of peak RSS over the
-data already in memory. Wall and CPU seconds are both printed: on a machine shared with other
-work the wall time includes waiting for a core.
+data already in memory. Wall and CPU seconds are both printed, with the 1-minute load average
+before and after: on a machine shared with other work the wall time includes waiting for a core.
 
     python benchmarks/bench_compare.py                       # 100k and 1M users, both paths
     python benchmarks/bench_compare.py --sizes 100000 --paths after
@@ -30,10 +33,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -97,10 +102,26 @@ def bucket_per_user_before(
     return metrics.evaluate(truth, run.astype({"user": truth["user"].dtype}), names).per_user
 
 
-def measure(n_users: int, path: str) -> dict[str, float]:
+def _timed(stages: dict[str, list[float]], name: str, fn: Any) -> Any:
+    """``fn`` wrapped to add its wall and CPU seconds to ``stages[name(args)]``."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        w, c = time.perf_counter(), time.process_time()
+        out = fn(*args, **kwargs)
+        key = name if name != "rows" else f"rows {args[3]}"  # _rows(a, b, names, segment, ...)
+        spent = stages.setdefault(key, [0.0, 0.0])
+        spent[0] += time.perf_counter() - w
+        spent[1] += time.process_time() - c
+        return out
+
+    return run
+
+
+def measure(n_users: int, path: str) -> dict[str, Any]:
     """One comparison of the candidate with the baseline on ``n_users`` users, timed."""
     from _measure import reset_peak, status
 
+    import harness.compare as hc
     import metrics
     from harness.compare import CompareSpec, compare_pair, segment_data
     from metrics import stats
@@ -117,10 +138,16 @@ def measure(n_users: int, path: str) -> dict[str, float]:
         for m in ("base", "cand")
     ]
     spec = CompareSpec(baseline="base")
+    stages: dict[str, list[float]] = {}
+    if path == "after":  # the stages of the real compare_pair, timed where it calls them
+        hc._rows = _timed(stages, "rows", hc._rows)  # type: ignore[attr-defined]
+        hc._bucket_tables = _timed(stages, "item-bucket tables", hc._bucket_tables)  # type: ignore[attr-defined]
+    load = os.getloadavg()[0]
     base_rss = reset_peak()
     t0, c0 = time.perf_counter(), time.process_time()
     users = np.sort(data["qrels"]["user"].unique())
     segments = segment_data(data["train"], users, spec)
+    stages["segments (segment_data)"] = [time.perf_counter() - t0, time.process_time() - c0]
     per_user = (evals[0].per_user, evals[1].per_user)
     recs = (data["base"], data["cand"])
     if path == "after":
@@ -164,6 +191,11 @@ def measure(n_users: int, path: str) -> dict[str, float]:
                 timed_one = time.process_time() - c1
         methods = pd.Series({"bootstrap": rows})
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if stages:
+        stages["rest (p-adjust, differences, table)"] = [
+            seconds - sum(w for w, _ in stages.values()),
+            cpu - sum(c for _, c in stages.values()),
+        ]
     if path != "after":
         seconds, cpu = seconds + extra, cpu + extra  # before-sampled: the metrics not run
     return {
@@ -175,6 +207,8 @@ def measure(n_users: int, path: str) -> dict[str, float]:
         "rows": rows,
         "methods": {str(k): int(v) for k, v in methods.items()},
         "segment_users": {str(k): int(v) for k, v in sizes.items() if v == v},
+        "stages": stages,
+        "load": [load, os.getloadavg()[0]],
     }
 
 
@@ -188,8 +222,9 @@ def main() -> None:
     if args.cell:
         print(json.dumps(measure(int(args.cell[0]), args.cell[1])))
         return
-    print("| users | path | seconds | CPU seconds | peak MB | rows | intervals |")
-    print("|---:|---|---:|---:|---:|---:|---|")
+    print("| users | path | wall s | CPU s | load avg | peak MB | rows | intervals |")
+    print("|---:|---|---:|---:|---|---:|---:|---|")
+    breakdown = []
     for n in args.sizes:
         for path in args.paths:
             out = subprocess.run(
@@ -200,11 +235,16 @@ def main() -> None:
             how = ", ".join(f"{k} {v}" for k, v in r["methods"].items())
             print(
                 f"| {n:,} | {path} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} | "
-                f"{r['peak_mb']:.0f} | {r['rows']} | "
+                f"{r['load'][0]:.1f} → {r['load'][1]:.1f} | {r['peak_mb']:.0f} | {r['rows']} | "
                 f"{how} |",
                 flush=True,
             )
             print(f"<!-- segment users: {r['segment_users']} -->", flush=True)
+            breakdown += [(n, stage, w, c) for stage, (w, c) in r["stages"].items()]
+    if breakdown:
+        print("\n| users | stage (after) | wall s | CPU s |\n|---:|---|---:|---:|")
+        for n, stage, w, c in breakdown:
+            print(f"| {n:,} | {stage} | {w:.2f} | {c:.2f} |")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,11 @@ skewed for the central limit theorem (see :func:`normal_ok`): the difference of 
 ``lift ± z·sd(d − lift·a)/(√n·|mean a|)``, and the randomization p-value the normal approximation
 of the same sign-flip distribution (mean 0, variance ``Σd²``). There the normal interval and the
 percentile bootstrap agree to within the bootstrap's own Monte-Carlo error, at O(n) cost instead
-of O(n·n_resamples). Below the threshold the numbers are those of the plain paired bootstrap and
-sign-flip test, bit for bit; :func:`compare_many` draws those resamples once for every metric
-with the same number of units instead of once per metric.
+of O(n·n_resamples). That path is a pure function of a few sums per metric
+(:class:`PairMoments`, :func:`compare_from_moments`, :func:`normal_ok_from_moments`), so an engine
+that can only aggregate (Spark) gets the same numbers. Below the threshold the numbers are those
+of the plain paired bootstrap and sign-flip test, bit for bit; :func:`compare_many` draws those
+resamples once for every metric with the same number of units instead of once per metric.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import metrics
-from metrics.evaluate import _kernel_options
 from metrics.judged import Judged, gain_of
 from metrics.options import Options, resolve_options
 from metrics.registry import MetricSpec
@@ -227,14 +226,24 @@ def _judged(
 
 
 def _values(j: Judged, specs: list[tuple[str, MetricSpec]], opts: Options) -> dict[str, np.ndarray]:
-    """Each metric's per-user values from its kernel, as ``metrics.evaluate`` calls it."""
+    """Each metric's per-user values from its kernel, as its definition calls it."""
     return {
         name: np.asarray(
-            spec.definition.kernel(j, k=spec.k, **_kernel_options(spec.metric, opts)),
+            spec.definition.kernel(j, k=spec.k, **spec.definition.kernel_options(opts)),
             dtype=np.float64,
         )
         for name, spec in specs
     }
+
+
+def _kernel_valued(spec: MetricSpec) -> bool:
+    """Whether the engine's per-user values of this ranking metric are its kernel's: no
+    ``compute`` of its own, or the one precision, recall and f1 share (the kernel plus the
+    pieces of a micro average)."""
+    d = spec.definition
+    return d.kind == "ranking" and (
+        d.compute is None or d.compute is metrics.parse("precision").definition.compute
+    )
 
 
 def _table(
@@ -318,8 +327,8 @@ def bucket_tables(
     of :func:`bucket_tables_by_engine`, from one judging pass per model.
 
     Another engine than ``metrics.evaluate``, a keyword that is not an evaluation option, a
-    metric that is not a ranking metric or a list with two items at one rank takes the engine
-    path.
+    metric whose per-user values are not its ranking kernel's, or a list with two items at one
+    rank takes the engine path.
     """
     specs = [(str(n), metrics.parse(n)) for n in names]
     opts = _options(options)
@@ -327,15 +336,13 @@ def bucket_tables(
         evaluate is not metrics.evaluate
         or opts is None
         or qrels.empty
-        or any(s.definition.kind != "ranking" for _, s in specs)
+        or not all(_kernel_valued(s) for _, s in specs)
     ):
         return bucket_tables_by_engine(qrels, recs, names, bucket_of, options, evaluate)
-    ks = [s.k for _, s in specs if s.metric not in ("r_precision", "num_rel")]
-    depth = (
-        None
-        if any(k is None for k in ks) or any(s.metric == "r_precision" for _, s in specs)
-        else max((k for k in ks if k is not None), default=1)
-    )
+    # judged as deep as the engine would: to the largest cutoff, the whole list without one
+    ks = [s.k for _, s in specs if s.definition.depth == "cutoff"]
+    whole = any(k is None for k in ks) or any(s.definition.depth == "relevant" for _, s in specs)
+    depth = None if whole else max((k for k in ks if k is not None), default=1)
     truth = _truth(qrels, bucket_of)
     thr = opts.relevance_threshold  # > 0: padding and unjudged items are no hit and gain 0
     hit, gain = truth.rel >= thr, gain_of(truth.rel, opts.gain, thr)

@@ -346,15 +346,18 @@ def _bucket_inputs(text_ids: bool, seed: int = 3):
     ids=["default", "trec_eval", "graded-one-intersection", "other-conventions"],
 )  # fmt: skip
 def test_item_buckets_in_one_pass_equal_metrics_evaluate_per_bucket(
-    every_metric, text_ids: bool, options: dict
+    every_metric, monkeypatch, text_ids: bool, options: dict
 ) -> None:
     """Every registered ranking metric: the one-pass bucket tables equal the straightforward
     path (metrics.evaluate of each bucket's truth rows) to 1e-12, index and NaNs included."""
+    from harness.compare import buckets
     from harness.compare.buckets import bucket_tables, bucket_tables_by_engine
 
     names = [n for n in every_metric(ks=(3, 5)) if metrics.parse(n).definition.kind == "ranking"]
     qrels, recs, bucket_of = _bucket_inputs(text_ids)
-    fast = bucket_tables(qrels, recs, names, bucket_of, options)
+    with monkeypatch.context() as m:  # the one-pass path itself, not a fallback to the engine
+        m.setattr(buckets, "bucket_tables_by_engine", None)
+        fast = bucket_tables(qrels, recs, names, bucket_of, options)
     slow = bucket_tables_by_engine(qrels, recs, names, bucket_of, options)
     for bucket in ("head", "mid", "tail"):
         for got, want in zip(fast[bucket], slow[bucket], strict=True):
