@@ -57,8 +57,10 @@ __all__ = [
 
 PAD_ITEM_INT: int = int(np.iinfo(np.int64).min)
 PAD_ITEM_OBJECT: Any = None
-# Elements of one dense user × item score block (float64: 64 MiB); bounds memory per batch.
-_BLOCK_ELEMENTS = 2**23
+# Elements of one dense user × item score block (float64: 16 MiB); bounds memory per batch. Below
+# glibc's largest mmap threshold (32 MiB), so blocks are reused from the heap: a 64 MiB block was
+# a fresh mmap per batch, and its page faults cost as much system time as the ranking itself.
+_BLOCK_ELEMENTS = 2**21
 
 
 @runtime_checkable
@@ -221,7 +223,7 @@ class BaseRecommender:
 
     Subclasses implement ``_score(user_codes) -> float[b, n_items]`` (finite values) and may
     override ``_fit(matrix)`` and ``_score_unknown(users)`` (default: item popularity).
-    At most ``batch_size`` users are scored at a time, and at most about 2**23 scores (64 MiB)
+    At most ``batch_size`` users are scored at a time, and at most about 2**21 scores (16 MiB)
     per batch whatever ``batch_size`` says (default: that many).
     """
 
@@ -355,7 +357,7 @@ class BaseRecommender:
 
     def _batch_users(self) -> int:
         """Users per score block: ``batch_size`` at most, and never more than fit in
-        ``_BLOCK_ELEMENTS`` scores (64 MiB), so a wide catalog cannot make a block of gigabytes
+        ``_BLOCK_ELEMENTS`` scores (16 MiB), so a wide catalog cannot make a block of gigabytes
         (a user's scores do not depend on the batch, so neither do the lists)."""
         fit = max(1, _BLOCK_ELEMENTS // max(self.item_ids_.size, 1))
         return min(self.batch_size, fit) if self.batch_size else fit
