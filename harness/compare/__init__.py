@@ -345,7 +345,9 @@ def compare_models(
     evaluate: Callable[..., metrics.Evaluation] = metrics.evaluate,
 ) -> tuple[list[PairComparison], list[str]]:
     """Every successful model against ``spec.baseline`` on the run's split (with segments);
-    ``evaluate`` is the run's metric engine (the item-bucket segments are evaluated by it)."""
+    ``evaluate`` is the run's metric engine: another engine than ``metrics.evaluate`` evaluates
+    the item-bucket segments; the in-process one's are judged in one pass per model
+    (:func:`harness.compare.buckets.bucket_tables`, the same numbers)."""
     notes: list[str] = []
     if not spec.baseline:
         return [], notes

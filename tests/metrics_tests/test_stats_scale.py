@@ -387,3 +387,22 @@ def test_item_buckets_with_tied_ranks_take_the_engine_path() -> None:
     )
     for bucket in ("head", "mid", "tail"):
         pd.testing.assert_frame_equal(got[bucket][0], want[bucket][0], check_exact=True)
+
+
+def test_item_buckets_cut_lists_at_the_deepest_cutoff(monkeypatch) -> None:
+    """Lists longer than every cutoff are judged to the deepest one, as the engine does."""
+    from harness.compare import buckets
+
+    names = ["ndcg@3", "precision@3", "recall@2", "map@3", "mrr@3", "num_ret@3", "r_precision"]
+    qrels, recs, bucket_of = _bucket_inputs(False, seed=8)
+    want = buckets.bucket_tables_by_engine(qrels, recs, names[:-1], bucket_of, {})
+    with monkeypatch.context() as m:
+        m.setattr(buckets, "bucket_tables_by_engine", None)
+        got = buckets.bucket_tables(qrels, recs, names[:-1], bucket_of, {})
+        with_rprec = buckets.bucket_tables(qrels, recs, names, bucket_of, {})
+    rprec = buckets.bucket_tables_by_engine(qrels, recs, names, bucket_of, {})
+    for bucket in ("head", "mid", "tail"):
+        for x, y in zip(
+            got[bucket] + with_rprec[bucket], want[bucket] + rprec[bucket], strict=True
+        ):
+            pd.testing.assert_frame_equal(x, y, check_exact=False, rtol=0, atol=1e-12)
