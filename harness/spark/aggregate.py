@@ -1,9 +1,13 @@
 """The buckets' states merged and finished by ``metrics``' own functions; nothing named here.
 
 Sums and counts (one JSON row per bucket) are merged on the driver with
-:func:`metrics.merge_states`; the count tables are added key by key in Spark first (one row per
-distinct key reaches the driver); :func:`metrics.finish_state` turns the merged state into the
-summary and counts, exactly as :func:`metrics.evaluate` does in process.
+:func:`metrics.merge_states`; the count tables are added key by key in Spark first: a table keyed
+by item sends one row per distinct item to the driver; a table keyed by score (relevant /
+irrelevant candidates per distinct score, read only through its pooled pairs) is reduced in Spark
+to its pair counts and reaches the driver as the few-row histogram with the same counts
+(:func:`_pairs_histogram`), so its size does not grow with the number of distinct scores.
+:func:`metrics.finish_state` turns the merged state into the summary and counts, exactly as
+:func:`metrics.evaluate` does in process.
 """
 
 from __future__ import annotations
@@ -89,20 +93,72 @@ def _tables(rows: DataFrame, layouts: dict[str, list[Any]], plan: _Plan) -> dict
     from pyspark.sql import functions as sf
 
     summed = rows.groupBy("tbl", "item", "score").agg(*[sf.sum(c).alias(c) for c in _TABLE_VALUES])
-    frame = pd.DataFrame(summed.toPandas())
+    by_score = [name for name, (key, _) in layouts.items() if key != "item"]
+    frame = pd.DataFrame(summed.filter(~sf.col("tbl").isin(by_score)).toPandas())
     out: dict[str, pd.DataFrame] = {}
     for name, (key, columns) in layouts.items():
+        if key != "item":
+            pos, neg, wins2 = _pooled_pairs(summed.filter(sf.col("tbl") == name))
+            out[name] = _pairs_histogram(pos, neg, wins2, columns)
+            continue
         mine = frame[frame["tbl"] == name]
-        if key == "item":
-            ids = mine["item"].to_numpy(dtype=np.int64 if plan.item_kind == "bigint" else object)
-        else:
-            ids = mine["score"].to_numpy(dtype=np.float64)
+        ids = mine["item"].to_numpy(dtype=np.int64 if plan.item_kind == "bigint" else object)
         data = {
             col: mine[value].to_numpy(dtype=np.float64).astype(np.int64)
             for value, col in zip(_TABLE_VALUES, columns, strict=False)
         }
         out[name] = pd.DataFrame(data, index=pd.Index(ids, name=key))
     return out
+
+
+def _pooled_pairs(hist: DataFrame) -> tuple[int, int, int]:
+    """(relevant, irrelevant, 2 · wins) of a score table's rows (``score``, ``v0`` relevant,
+    ``v1`` irrelevant; a score may repeat): over every (relevant, irrelevant) pair, wins count
+    the relevant candidate scored higher, ties 1/2.
+
+    In Spark: the rows are summed per score and sorted (range partitions: each holds a
+    contiguous run of scores); each partition sums ``pos · (2 · neg below + neg)`` over its own
+    scores and its totals; the driver adds ``2 · pos · neg`` of the earlier partitions, from one
+    row per partition. Integer counts throughout, so the numerator is exact.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    per_score = hist.groupBy("score").agg(
+        sf.sum("v0").cast("bigint").alias("pos"), sf.sum("v1").cast("bigint").alias("neg")
+    )
+    ranged = per_score.orderBy("score").withColumn("_part", sf.spark_partition_id())
+    below = Window.partitionBy("_part").orderBy("score").rowsBetween(Window.unboundedPreceding, -1)
+    before = sf.coalesce(sf.sum("neg").over(below), sf.lit(0).cast("bigint"))
+    local = ranged.withColumn("_w", sf.col("pos") * (2 * before + sf.col("neg")))
+    parts = local.groupBy("_part").agg(
+        sf.sum("pos").alias("pos"), sf.sum("neg").alias("neg"), sf.sum("_w").alias("w")
+    )
+    pos = neg = wins2 = 0
+    for row in sorted(parts.collect(), key=lambda r: r["_part"]):
+        wins2 += int(row["w"]) + 2 * int(row["pos"]) * neg
+        pos, neg = pos + int(row["pos"]), neg + int(row["neg"])
+    return pos, neg, wins2
+
+
+def _pairs_histogram(pos: int, neg: int, wins2: int, columns: list[str]) -> pd.DataFrame:
+    """The smallest score table (at most 4 rows) with ``pos`` relevant and ``neg`` irrelevant
+    candidates whose pairs give ``2 · wins = wins2``: each relevant candidate adds
+    ``2 · (irrelevant below) + (irrelevant tied)`` to it, ``q`` or ``q + 1`` for ``divmod(wins2,
+    pos) = (q, r)``; so a pooled AUC finished from it is the same number, bit for bit."""
+    if pos == 0 or neg == 0:
+        rows = [(0.0, pos, neg)]
+    else:
+        q, r = divmod(wins2, pos)
+        j, odd = divmod(q, 2)
+        if odd:  # q = 2j + 1: tied with the (j+1)-th irrelevant; q + 1: above it
+            rows = [(0.0, 0, j), (1.0, pos - r, 1), (2.0, r, 0), (3.0, 0, neg - j - 1)]
+        else:  # q = 2j: above j irrelevant; q + 1: tied with the (j+1)-th
+            tie = 1 if r else 0
+            rows = [(0.0, 0, j), (1.0, pos - r, 0), (2.0, r, tie), (3.0, 0, neg - j - tie)]
+        rows = [row for row in rows if row[1] or row[2]]
+    frame = pd.DataFrame(rows, columns=["score", *columns[:2]]).set_index("score")
+    return frame.astype(np.int64)
 
 
 def _catalog_size(
