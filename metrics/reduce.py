@@ -337,7 +337,9 @@ class Micro(Reduction):
 class Counted(Reduction):
     """A count table added key by key over batches and states, finished as a whole:
     ``value(table, name, env)``. ``key(spec)`` names the table, so metrics that count the same
-    thing (coverage and Gini of the same top-k) share it."""
+    thing (coverage and Gini of the same top-k) share it. A table's index is named ``item``
+    (item ids) or ``score`` (floats) and it has at most two integer count columns: what the
+    Spark engine ships and adds by key."""
 
     key: Callable[[MetricSpec], str]
     value: Callable[[pd.DataFrame | None, str, Finish], float]

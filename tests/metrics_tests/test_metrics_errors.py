@@ -519,3 +519,29 @@ def test_parse_accepts_a_spec():
     assert parse(spec) is spec
     ev = metrics.evaluate(qrels(), run(), [spec])
     assert list(ev.summary) == ["ndcg@3"]
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "row"),
+    [
+        ("user", ["u1", None, "u2"], 1),  # grouped users: found among each run's first id
+        ("user", ["u1", "u2", "u1", None], 3),  # ungrouped users: found by the factorization
+        ("user", [np.nan, "u1", "u1"], 0),
+        ("item", ["a", "b", None], 2),
+    ],
+)
+def test_missing_id_in_an_object_run_column(column: str, values: list, row: int) -> None:
+    """Object id columns of the run are checked while they are encoded, not by a separate
+    pass: the same one-line error, with the first missing row."""
+    n = len(values)
+    frame = pd.DataFrame(
+        {
+            "user": pd.Series((["u1", "u1", "u2", "u2"])[:n], dtype=object),
+            "item": pd.Series(["a", "b", "c", "d"][:n], dtype=object),
+            "score": np.arange(n, dtype=float),
+        }
+    )
+    frame[column] = pd.Series(values, dtype=object)
+    truth = pd.DataFrame({"user": ["u1", "u2"], "item": ["a", "c"], "relevance": [1, 1]})
+    with pytest.raises(ValueError, match=rf"^run column '{column}' has a missing id at row {row}$"):
+        metrics.evaluate(truth, frame, ["ndcg@5"])
