@@ -225,7 +225,8 @@ def validate_interactions(
     )
     if RATING in df.columns:
         out[RATING] = _normalize_ratings(df[RATING], source, _label(RATING, mapping), rating_range)
-    result = pd.DataFrame({name: _values(col) for name, col in out.items()})
+    # no copy: the columns are new arrays or copy-on-write views, never changed in place
+    result = pd.DataFrame({name: _values(col) for name, col in out.items()}, copy=False)
     return _apply_duplicate_policy(result, duplicates, source)
 
 

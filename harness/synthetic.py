@@ -106,19 +106,13 @@ def generate_with_items(
 
     data: dict[str, np.ndarray] = {USER: users, ITEM: items, TIMESTAMP: timestamps}
     if ratings:
-        user_bias = rng.normal(0.0, 0.5, n_users)
-        item_bias = rng.normal(0.0, 0.5, n_items) + 0.3 * (weight / weight.max())
-        cluster = item_cluster[items]
-        affinity = np.where(
-            cluster == primary[users], 1.0, np.where(cluster == secondary[users], 0.6, 0.0)
-        )
-        noise = rng.normal(0.0, 0.7, users.size)
-        raw = 2.8 + affinity + user_bias[users] + item_bias[items] + noise
-        data[RATING] = np.clip(np.rint(raw), 1.0, 5.0)
+        tastes = (item_cluster, primary, secondary)
+        data[RATING] = _ratings(rng, users, items, n_users, n_items, weight, tastes)
 
     order = _time_order(timestamps, users, items, n_users, n_items)
-    df = pd.DataFrame({name: values[order] for name, values in data.items()})
-    del data, order
+    del users, items, timestamps  # each column is freed once it is taken in time order
+    df = pd.DataFrame({name: data.pop(name)[order] for name in list(data)}, copy=False)
+    del order
     width = len(str(n_clusters - 1))
     categories = pd.DataFrame(
         {
@@ -130,6 +124,30 @@ def generate_with_items(
         df, source=f"synthetic(seed={seed})", rating_range=(1.0, 5.0) if ratings else None
     )
     return frame, categories
+
+
+def _ratings(
+    rng: np.random.Generator,
+    users: np.ndarray,
+    items: np.ndarray,
+    n_users: int,
+    n_items: int,
+    weight: np.ndarray,
+    tastes: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """Ratings 1-5: higher on the user's clusters, user and item biases, noise (a function, so
+    its event-sized temporaries are freed before the frame is built)."""
+    item_cluster, primary, secondary = tastes
+    user_bias = rng.normal(0.0, 0.5, n_users)
+    item_bias = rng.normal(0.0, 0.5, n_items) + 0.3 * (weight / weight.max())
+    cluster = item_cluster[items]
+    affinity = np.where(
+        cluster == primary[users], 1.0, np.where(cluster == secondary[users], 0.6, 0.0)
+    )
+    del cluster
+    noise = rng.normal(0.0, 0.7, users.size)
+    raw = 2.8 + affinity + user_bias[users] + item_bias[items] + noise
+    return np.clip(np.rint(raw), 1.0, 5.0)
 
 
 def _time_order(
