@@ -435,3 +435,27 @@ def test_cache_key_tracks_data_method_and_params() -> None:
     assert data_hash(df) != data_hash(df.iloc[::-1])  # row order matters (random splits use it)
     with pytest.raises(ValueError, match="unknown split method"):
         split_cache_key(df, "nope", {})
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("global_time", {"cut": 0.7, "valid_cut": 0.6}),
+        ("global_time", {"cut": 0.5, "kcore": 3, "unseen": "keep"}),
+        ("leave_one_out", {"valid": True, "min_user_interactions": 3}),
+        ("user_time", {"test_ratio": 0.3, "valid_ratio": 0.1, "min_item_interactions": 4}),
+    ],
+)
+def test_text_ids_split_like_integer_ids(method: str, params: dict) -> None:
+    # the statistics count text ids through integer codes: they must equal the integer-id
+    # split's, and the rows must be the same (zero-padded text keeps the id order)
+    df = generate(n_users=120, n_items=80, n_events=3_000, seed=7)
+    text = df.assign(
+        user=pd.array([f"u{u:05d}" for u in df["user"]], dtype="str"),
+        item=pd.array([f"i{i:05d}" for i in df["item"]], dtype="str"),
+    )
+    a, b = make_split(df, method, **params), make_split(text, method, **params)
+    assert a.stats == b.stats
+    for x, y in zip(parts(a), parts(b), strict=True):
+        assert x.index.equals(y.index)
+        assert (y["user"].str[1:].astype(int).to_numpy() == x["user"].to_numpy()).all()
