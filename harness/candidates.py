@@ -23,7 +23,15 @@ from harness.errors import DataError
 from harness.split import Split
 from metrics.checks import require_choice, require_int
 
-__all__ = ["KINDS", "CandidateSpec", "build_candidates", "sample_negatives"]
+__all__ = [
+    "KINDS",
+    "CandidateSpec",
+    "build_candidates",
+    "catalog_weights",
+    "draw_positions",
+    "draws_per_round",
+    "sample_negatives",
+]
 
 KINDS = ("full", "sampled", "file")
 SAMPLED_WARNING = (
@@ -49,8 +57,54 @@ class CandidateSpec:
             require_int("candidates.n_negatives", self.n_negatives)
 
 
-def _keys(users: np.ndarray, items: np.ndarray, item_index: pd.Index) -> np.ndarray:
-    return users.astype(np.int64) * (len(item_index) + 1) + item_index.get_indexer(items)
+#: at most this many rounds of draws per user (a user still short after them keeps fewer)
+MAX_ROUNDS = 50
+#: a round draws for each short user ``2 * need + 4`` draws, scaled up by the inverse of the
+#: chance that one draw is unseen by the user, at most this many times
+MAX_BOOST = 64
+
+
+def catalog_weights(counts: np.ndarray, sampling: str) -> np.ndarray:
+    """int64 draw weight of each catalog item: 1 (``uniform``) or its training events."""
+    return np.ones(len(counts), np.int64) if sampling == "uniform" else counts.astype(np.int64)
+
+
+def draws_per_round(need: np.ndarray, total: int, unseen_weight: np.ndarray) -> np.ndarray:
+    """Draws in a round for users ``need`` items short whose unseen items weigh
+    ``unseen_weight`` of ``total``: ``2 * need + 4`` over that share, capped (integer maths, so
+    both engines agree)."""
+    base = 2 * need.astype(np.int64) + 4
+    boosted = (base * np.int64(total) + unseen_weight - 1) // np.maximum(unseen_weight, 1)
+    return np.minimum(boosted, MAX_BOOST * base)
+
+
+def draw_positions(
+    seed: int, user_hash: np.ndarray, draw: np.ndarray, cum_weights: np.ndarray
+) -> np.ndarray:
+    """Catalog position of draw number ``draw`` of each user (``user_hash`` from
+    :func:`harness.hashing.hash_ids`): a counter-based uniform mapped through the cumulative
+    integer weights, so position ``p`` comes with probability ``weight[p] / total``."""
+    from harness.hashing import mix, uniform01
+
+    total = int(cum_weights[-1])
+    u = uniform01(mix(seed, user_hash, draw.astype(np.int64)))
+    x = np.minimum(np.floor(u * total).astype(np.int64), total - 1)
+    return np.searchsorted(cum_weights, x, side="right").astype(np.int64)
+
+
+def _first_distinct(
+    u: np.ndarray, p: np.ndarray, j: np.ndarray, target: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each user's first ``target`` distinct positions in draw order (the draws (u, p, j))."""
+    order = np.lexsort((j, u))
+    u, p, j = u[order], p[order], j[order]
+    _, first = np.unique(u * width + p, return_index=True)
+    first.sort()
+    u, p, j = u[first], p[first], j[first]
+    starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]]) if u.size else np.zeros(0, np.int64)
+    rank = np.arange(u.size) - np.repeat(starts, np.diff(np.r_[starts, u.size]))
+    keep = rank < target[u]
+    return u[keep], p[keep], j[keep]
 
 
 def sample_negatives(
@@ -59,42 +113,61 @@ def sample_negatives(
     """(user, item) rows: each test user's test items plus ``n_negatives`` distinct items drawn
     from the training catalog that the user has neither trained nor tested on.
 
-    Draws in rounds over all users at once (no loop over users); a user whose unseen catalog is
-    smaller than ``n_negatives`` gets all of it.
+    Draw ``j`` of a user is a counter-based hash of (seed, user, j) mapped to an item, uniformly
+    or by training popularity (:func:`draw_positions`); a user's negatives are the first
+    ``n_negatives`` distinct unseen items of that sequence: a uniform (or popularity-weighted,
+    without replacement) sample that does not depend on row order or on other users, and that
+    the Spark engine reproduces (:mod:`harness.spark.candidates`). Draws come in rounds over all
+    short users at once; a user whose unseen catalog is no larger than ``n_negatives`` gets all
+    of it.
     """
-    rng = np.random.default_rng(seed)
+    from harness.hashing import hash_ids
+
     catalog = pd.Index(np.sort(pd.unique(train[ITEM])))
+    n_items = len(catalog)
     users = np.sort(pd.unique(test[USER]))
-    user_index = pd.Index(users)
-    weights = None
-    if sampling == "popularity":
-        counts = train[ITEM].value_counts().reindex(catalog).to_numpy(dtype=np.float64)
-        weights = counts / counts.sum()
+    counts = train[ITEM].value_counts().reindex(catalog).to_numpy(dtype=np.int64)
+    weights = catalog_weights(counts, sampling)
+    cum = np.cumsum(weights)
+    total = int(cum[-1]) if n_items else 0
     known = pd.concat([train[[USER, ITEM]], test[[USER, ITEM]]])
     known = known[known[USER].isin(users)]
-    known_codes = user_index.get_indexer(known[USER])
-    width = len(catalog) + 1
-    seen = np.unique(_keys(known_codes, known[ITEM].to_numpy(), catalog))
-    in_catalog = seen % width != len(catalog)  # items outside the catalog map to position -1
-    seen_per_user = np.bincount(seen[in_catalog] // width, minlength=len(users))
-    target = np.minimum(n_negatives, len(catalog) - seen_per_user)
-    chosen = pd.DataFrame({"u": np.zeros(0, np.int64), "i": np.zeros(0, np.int64)})
-    for _ in range(50):  # rounds, each drawing for every user still short of its target
-        have = np.bincount(chosen["u"], minlength=len(users))
-        short = np.flatnonzero(have < target)
+    width = n_items + 1
+    kpos = catalog.get_indexer(known[ITEM])
+    kuser = pd.Index(users).get_indexer(known[USER]).astype(np.int64)
+    seen = np.unique(kuser[kpos >= 0] * width + kpos[kpos >= 0])
+    seen_user, seen_pos = seen // width, seen % width
+    seen_count = np.bincount(seen_user, minlength=len(users)).astype(np.int64)
+    seen_weight = np.bincount(seen_user, weights[seen_pos], minlength=len(users)).astype(np.int64)
+    target = np.minimum(n_negatives, n_items - seen_count)
+    everything = (target > 0) & (target == n_items - seen_count)
+    sampled = (target > 0) & ~everything
+    user_hash = hash_ids(users)
+    got_u, got_p, got_j = (np.zeros(0, np.int64) for _ in range(3))
+    start = np.zeros(len(users), np.int64)
+    for _ in range(MAX_ROUNDS):
+        have = np.bincount(got_u, minlength=len(users))
+        short = np.flatnonzero(sampled & (have < target))
         if short.size == 0:
             break
-        need = (target - have)[short]
-        owner = np.repeat(short, 2 * need + 4)
-        drawn = rng.choice(len(catalog), size=len(owner), p=weights)
-        fresh = ~np.isin(owner * width + drawn, seen)
-        batch = pd.DataFrame({"u": owner[fresh], "i": drawn[fresh]})
-        chosen = pd.concat([chosen, batch]).drop_duplicates()
-        rank = chosen.groupby("u").cumcount().to_numpy()
-        chosen = chosen[rank < target[chosen["u"].to_numpy()]]
-    negatives = pd.DataFrame(
-        {USER: users[chosen["u"].to_numpy()], ITEM: catalog.to_numpy()[chosen["i"].to_numpy()]}
-    )
+        d = draws_per_round(target[short] - have[short], total, total - seen_weight[short])
+        owner = np.repeat(short, d)
+        j = start[owner] + np.arange(owner.size) - np.repeat(np.cumsum(d) - d, d)
+        pos = draw_positions(seed, user_hash[owner], j, cum)
+        fresh = ~np.isin(owner * width + pos, seen)
+        got_u, got_p, got_j = _first_distinct(
+            np.r_[got_u, owner[fresh]],
+            np.r_[got_p, pos[fresh]],
+            np.r_[got_j, j[fresh]],
+            target,
+            width,
+        )
+        start[short] += d
+    full_u = np.repeat(np.flatnonzero(everything), n_items)
+    full_p = np.tile(np.arange(n_items, dtype=np.int64), int(everything.sum()))
+    unseen = ~np.isin(full_u * width + full_p, seen)
+    neg_u, neg_p = np.r_[got_u, full_u[unseen]], np.r_[got_p, full_p[unseen]]
+    negatives = pd.DataFrame({USER: users[neg_u], ITEM: catalog.to_numpy()[neg_p]})
     positives = test[[USER, ITEM]].drop_duplicates()
     return (
         pd.concat([positives, negatives], ignore_index=True)
@@ -180,6 +253,7 @@ def _cached_sample(spec: CandidateSpec, split: Split, cache_dir: Path | None) ->
             "n": spec.n_negatives,
             "sampling": spec.sampling,
             "seed": spec.seed,
+            "sampler": 2,  # counter-based draws (harness.candidates.draw_positions)
         },
         sort_keys=True,
     )

@@ -1,0 +1,163 @@
+"""Sampled candidates on Spark: the rows of :func:`harness.candidates.sample_negatives`.
+
+Both engines draw with the same counter-based sampler (:func:`harness.candidates.draw_positions`,
+run here in the Python workers by a ``pandas_udf``), the same rounds and the same integer
+arithmetic, so the same split and seed give the same candidates. Only the catalog (one row per
+training item with its count) reaches the driver: it fixes the item positions and the weights.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from harness.candidates import MAX_BOOST, MAX_ROUNDS, catalog_weights
+from metrics.checks import require_choice, require_int
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+
+def _one(df: DataFrame) -> Any:
+    row = df.first()
+    if row is None:  # an aggregate always returns one row
+        raise RuntimeError("Spark returned no row for an aggregate")
+    return row
+
+
+def sample_negatives_spark(
+    train: DataFrame, test: DataFrame, n_negatives: int, sampling: str, seed: int
+) -> DataFrame:
+    """:func:`harness.candidates.sample_negatives` on Spark: ``(user, item)`` rows, each test
+    user's test items plus up to ``n_negatives`` distinct items of the training catalog the user
+    has neither trained nor tested on, uniform or by popularity, frozen by ``seed``.
+
+    A few jobs per round of draws (usually one or two rounds); the result is a lazy DataFrame
+    over locally checkpointed draws.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+    from pyspark.sql.functions import pandas_udf
+
+    from harness.candidates import draw_positions
+    from harness.hashing import hash_ids
+    from harness.spark.session import _quiet
+
+    require_int("n_negatives", n_negatives)
+    require_choice("sampling", sampling, ("uniform", "popularity"))
+    spark = train.sparkSession
+    seed = int(seed)
+
+    with _quiet():  # the catalog: one row per training item
+        cat = pd.DataFrame(train.groupBy("item").agg(sf.count(sf.lit(1)).alias("n")).toPandas())
+    catalog = np.sort(pd.unique(cat["item"]))
+    n_items = len(catalog)
+    counts = cat.set_index("item")["n"].reindex(catalog).to_numpy(dtype=np.int64)
+    weights = catalog_weights(counts, sampling)
+    cum = np.cumsum(weights)
+    total = int(cum[-1]) if n_items else 0
+    item_type = train.schema["item"].dataType
+    text_items = item_type.typeName() == "string"
+    with _quiet():
+        cat_df = spark.createDataFrame(
+            pd.DataFrame(
+                {
+                    "item": pd.Series(catalog, dtype=object if text_items else np.int64),
+                    "_pos": np.arange(n_items, dtype=np.int64),
+                    "_w": weights,
+                }
+            ),
+            schema=f"item {'string' if text_items else 'long'}, _pos long, _w long",
+        ).withColumn("item", sf.col("item").cast(item_type))
+    cat_df = sf.broadcast(cat_df)
+
+    @pandas_udf("long")  # type: ignore[call-overload, untyped-decorator, misc]
+    def _user_hash(users: pd.Series) -> pd.Series:
+        return pd.Series(hash_ids(users).view(np.int64))
+
+    @pandas_udf("long")  # type: ignore[call-overload, untyped-decorator, misc]
+    def _draw(user_hash: pd.Series, draw: pd.Series) -> pd.Series:
+        uh = user_hash.to_numpy(np.int64).view(np.uint64)
+        return pd.Series(draw_positions(seed, uh, draw.to_numpy(np.int64), cum))
+
+    users = test.select("user").distinct()
+    pairs = train.select("user", "item").unionByName(test.select("user", "item"))
+    seen = (
+        pairs.join(users, "user", "left_semi")
+        .join(cat_df, "item")
+        .select("user", "_pos", "_w")
+        .distinct()
+        .localCheckpoint()
+    )
+    per_user = seen.groupBy("user").agg(
+        sf.count(sf.lit(1)).alias("_seen"), sf.sum("_w").alias("_seen_w")
+    )
+    seen_n = sf.coalesce(sf.col("_seen"), sf.lit(0))
+    target = sf.least(sf.lit(int(n_negatives)), sf.lit(n_items) - seen_n)
+    state = (
+        users.join(per_user, "user", "left")
+        .select(
+            "user",
+            target.alias("_target"),
+            (sf.lit(total) - sf.coalesce(sf.col("_seen_w"), sf.lit(0))).alias("_unseen_w"),
+            (target == sf.lit(n_items) - seen_n).alias("_all"),
+            _user_hash(sf.col("user")).alias("_uh"),
+            sf.lit(0).cast("long").alias("_start"),
+            sf.lit(0).cast("long").alias("_have"),
+        )
+        .localCheckpoint()
+    )
+    tgt, have = sf.col("_target"), sf.col("_have")
+    is_short = (tgt > 0) & ~sf.col("_all") & (have < tgt)
+    base = "(2 * (_target - _have) + 4)"
+    n_draws: Column = sf.expr(  # harness.candidates.draws_per_round, in integer maths
+        f"least(({base} * {total} + _unseen_w - 1) div greatest(_unseen_w, 1), "
+        f"{MAX_BOOST} * {base})"
+    )
+    schema = "user " + test.schema["user"].dataType.simpleString() + ", _pos long, _j long"
+    got = spark.createDataFrame([], schema)
+    by_draw = Window.partitionBy("user").orderBy("_j")
+    for _ in range(MAX_ROUNDS):
+        short = state.filter(is_short)
+        if short.limit(1).count() == 0:
+            break
+        draws = short.select(
+            "user",
+            "_uh",
+            sf.explode(sf.sequence(sf.col("_start"), sf.col("_start") + n_draws - 1)).alias("_j"),
+        ).withColumn("_pos", _draw(sf.col("_uh"), sf.col("_j")))
+        fresh = draws.join(seen.select("user", "_pos"), ["user", "_pos"], "left_anti")
+        pool = got.unionByName(fresh.select("user", "_pos", "_j"))
+        first = pool.groupBy("user", "_pos").agg(sf.min("_j").alias("_j"))
+        got = (
+            first.join(state.select("user", "_target"), "user")
+            .withColumn("_rank", sf.row_number().over(by_draw))
+            .filter(sf.col("_rank") <= sf.col("_target"))
+            .select("user", "_pos", "_j")
+            .localCheckpoint()
+        )
+        have_now = got.groupBy("user").agg(sf.count(sf.lit(1)).alias("_now"))
+        state = (
+            state.withColumn(
+                "_start", sf.when(is_short, sf.col("_start") + n_draws).otherwise(sf.col("_start"))
+            )
+            .join(have_now, "user", "left")
+            .withColumn("_have", sf.coalesce(sf.col("_now"), sf.lit(0)).cast("long"))
+            .drop("_now")
+            .localCheckpoint()
+        )
+    everything = (
+        state.filter((tgt > 0) & sf.col("_all"))
+        .select("user")
+        .crossJoin(cat_df.select("_pos"))
+        .join(seen.select("user", "_pos"), ["user", "_pos"], "left_anti")
+    )
+    negatives = (
+        got.select("user", "_pos")
+        .unionByName(everything.select("user", "_pos"))
+        .join(cat_df, "_pos")
+        .select("user", "item")
+    )
+    return test.select("user", "item").distinct().unionByName(negatives)
