@@ -67,17 +67,330 @@ def _common_kind(a: DataFrame, b: DataFrame, column: str) -> str:
 
 
 def _spark_format(path: str, fmt: str | None) -> str:
-    """``parquet`` or ``csv``, from ``fmt`` or the path's suffix (a directory is Parquet)."""
+    """``parquet``, ``csv`` or ``tsv``, from ``fmt`` (the names :mod:`harness.data` accepts) or
+    the path's suffix (anything else, a directory included, is Parquet)."""
+    from harness.data import FORMATS
     from harness.errors import DataError
 
     if fmt is not None:
-        if fmt not in ("parquet", "csv"):
-            raise DataError(f"{path}: unknown format {fmt!r}; allowed: ['parquet', 'csv']")
-        return fmt
+        kind = fmt.lower().lstrip(".")
+        kind = "parquet" if kind in ("pq", "parq") else kind
+        if kind not in FORMATS:
+            raise DataError(f"{path}: unknown format {fmt!r}; allowed: {list(FORMATS)}")
+        return kind
     name = path.rstrip("/").lower()
-    if name.endswith((".csv", ".csv.gz", ".tsv")):
+    for ext in (".gz", ".bz2", ".zip", ".xz", ".zst"):
+        name = name.removesuffix(ext)
+    if name.endswith(".csv"):
         return "csv"
+    if name.endswith(".tsv"):
+        return "tsv"
     return "parquet"
+
+
+_INTEGRAL = r"^(?:0|-?[1-9][0-9]{0,18})(?:\.0+)?$"  # harness.data._INTEGRAL_TEXT
+_NUMBER = r"^[+-]?[0-9]+(?:\.[0-9]*)?$"  # harness.data._NUMBER_TEXT
+_DIGITS = r"^[+-]?[0-9]{1,18}$"  # harness.data._DIGITS_TEXT
+#: harness.data._DATE_CANDIDATES as Spark patterns (one or two digits read like strptime's)
+_SPARK_LAYOUTS: dict[str, str] = {
+    "%d/%m/%Y %H:%M:%S": "d/M/yyyy H:m:s",
+    "%m/%d/%Y %H:%M:%S": "M/d/yyyy H:m:s",
+    "%d/%m/%Y %H:%M": "d/M/yyyy H:m",
+    "%m/%d/%Y %H:%M": "M/d/yyyy H:m",
+    "%d/%m/%Y": "d/M/yyyy",
+    "%m/%d/%Y": "M/d/yyyy",
+    "%d-%m-%Y %H:%M:%S": "d-M-yyyy H:m:s",
+    "%m-%d-%Y %H:%M:%S": "M-d-yyyy H:m:s",
+    "%d-%m-%Y %H:%M": "d-M-yyyy H:m",
+    "%m-%d-%Y %H:%M": "M-d-yyyy H:m",
+    "%d-%m-%Y": "d-M-yyyy",
+    "%m-%d-%Y": "M-d-yyyy",
+    "%d.%m.%Y %H:%M:%S": "d.M.yyyy H:m:s",
+    "%d.%m.%Y %H:%M": "d.M.yyyy H:m",
+    "%d.%m.%Y": "d.M.yyyy",
+}
+_STRFTIME = {"%Y": "yyyy", "%m": "M", "%d": "d", "%H": "H", "%M": "m", "%S": "s", "%y": "yy"}
+
+
+def _spark_pattern(fmt: str, source: str) -> str:
+    """A strftime pattern as a Spark datetime pattern (the directives of dates and times)."""
+    import re
+
+    from harness.errors import DataError
+
+    out, pos = [], 0
+    for m in re.finditer(r"%.", fmt):
+        out.append(_quoted(fmt[pos : m.start()]))
+        if m.group() not in _STRFTIME:
+            raise DataError(
+                f"{source}: timestamp_format {fmt!r} uses {m.group()!r}, which the Spark reader "
+                f"does not read; supported: {sorted(_STRFTIME)}"
+            )
+        out.append(_STRFTIME[m.group()])
+        pos = m.end()
+    out.append(_quoted(fmt[pos:]))
+    return "".join(out)
+
+
+def _quoted(literal: str) -> str:
+    """Literal text of a strftime pattern in a Spark pattern (letters quoted)."""
+    if not literal or not any(c.isalpha() for c in literal):
+        return literal
+    return "'" + literal.replace("'", "''") + "'"
+
+
+def _one_row(df: DataFrame, *aggs: Column) -> Any:
+    row = df.agg(*aggs).first()
+    if row is None:  # an aggregate always returns one row
+        raise RuntimeError("Spark returned no row for an aggregate")
+    return row
+
+
+def _shown(value: Any) -> str:
+    from harness.data import _show
+
+    return _show(value)
+
+
+def _epoch_seconds(
+    df: DataFrame, x: Column, raw: Column, source: str, label: str, fmt: str | None
+) -> Column:
+    """Epoch numbers to whole seconds, floored; the unit given or inferred as in
+    :func:`harness.data._infer_epoch_unit` (milliseconds when every value is in [1e11, 1e14))."""
+    from pyspark.sql import functions as sf
+
+    from harness.data import _EPOCH_UNITS, _FORMAT_HINT
+    from harness.errors import DataError
+
+    size = sf.abs(x.cast("double"))
+    unit = fmt
+    if unit is None:
+        big, huge = size >= sf.lit(1e11), size >= sf.lit(1e14)
+        row = _one_row(
+            df,
+            sf.count(sf.lit(1)).alias("n"),
+            sf.count(sf.when(big, 1)).alias("big"),
+            sf.count(sf.when(huge, 1)).alias("huge"),
+            sf.first(sf.when(~big, raw), ignorenulls=True).alias("small_e"),
+            sf.first(sf.when(big, raw), ignorenulls=True).alias("big_e"),
+            sf.first(sf.when(huge, raw), ignorenulls=True).alias("huge_e"),
+        )
+        n, n_big, n_huge = int(row["n"]), int(row["big"]), int(row["huge"])
+        if n_big == 0:
+            unit = "epoch_s"
+        elif n_big == n and n_huge == 0:
+            unit = "epoch_ms"
+        elif n_big == n:
+            raise DataError(
+                f"{source}: column {label} has {n_huge} epoch number(s) too large for seconds or "
+                f"milliseconds, e.g. {_shown(row['huge_e'])}; {_FORMAT_HINT}=epoch_us or epoch_ns"
+            )
+        else:
+            raise DataError(
+                f"{source}: column {label} mixes epoch magnitudes: {_shown(row['small_e'])} reads "
+                f"as seconds, {_shown(row['big_e'])} as milliseconds; {_FORMAT_HINT}"
+            )
+    per_second = _EPOCH_UNITS[unit]
+    if per_second == 1:
+        return sf.floor(x).cast("bigint")
+    return sf.floor(x.cast("double") / sf.lit(float(per_second))).cast("bigint")
+
+
+def _date_text(df: DataFrame, text: Column, raw: Column, source: str, label: str) -> Column:
+    """Seconds from date text: the first layout of :data:`harness.data._DATE_CANDIDATES` that
+    reads every row (ISO 8601 first; a day-first and a month-first reading that both read every
+    row differently is ambiguous), or an error naming a row off the layout that reads most.
+    One aggregate job."""
+    from pyspark.sql import functions as sf
+
+    from harness.data import _DATE_CANDIDATES, _FORMAT_HINT
+    from harness.errors import DataError
+
+    def parse(fmt: str) -> Column:
+        if fmt == "ISO8601":
+            return sf.try_to_timestamp(text)
+        return sf.try_to_timestamp(text, sf.lit(_SPARK_LAYOUTS[fmt]))
+
+    fmts = [f for group in _DATE_CANDIDATES for f in group]
+    aggs = []
+    for k, fmt in enumerate(fmts):
+        ok = parse(fmt).isNotNull()
+        aggs += [
+            sf.count(sf.when(~ok, 1)).alias(f"bad{k}"),
+            sf.first(sf.when(~ok, raw), ignorenulls=True).alias(f"e{k}"),
+        ]
+    for group in _DATE_CANDIDATES:
+        if len(group) == 2:
+            a = fmts.index(group[0])
+            differ = parse(group[0]) != parse(group[1])
+            aggs += [
+                sf.count(sf.when(differ, 1)).alias(f"diff{a}"),
+                sf.first(sf.when(differ, text), ignorenulls=True).alias(f"de{a}"),
+            ]
+    row = _one_row(df, sf.count(sf.lit(1)).alias("n"), *aggs)
+    for group in _DATE_CANDIDATES:
+        fits = [f for f in group if int(row[f"bad{fmts.index(f)}"]) == 0]
+        if len(fits) == 2 and int(row[f"diff{fmts.index(group[0])}"]):
+            example = row[f"de{fmts.index(group[0])}"]
+            raise DataError(
+                f"{source}: column {label} is ambiguous: every value reads both as {fits[0]!r} "
+                f"and as {fits[1]!r}, e.g. {_shown(example)}; {_FORMAT_HINT}"
+            )
+        if fits:
+            return sf.unix_timestamp(parse(fits[0]))
+    best = min(range(len(fmts)), key=lambda k: (int(row[f"bad{k}"]), k))
+    n_bad = int(row[f"bad{best}"])
+    numeric = _one_row(df, sf.count(sf.when(~text.rlike(_NUMBER), 1)).alias("off"))
+    if int(numeric["off"]) <= n_bad:  # numbers read the most rows (as in harness.data)
+        fmt_name, n_bad = "epoch seconds", int(numeric["off"])
+        off = df.filter(~text.rlike(_NUMBER)).select(raw).first()
+        example = None if off is None else off[0]
+    else:
+        fmt_name, example = fmts[best], row[f"e{best}"]
+    if n_bad == int(row["n"]):
+        what = "unparsable timestamp(s) (no known format)"
+    else:
+        what = f"timestamp(s) not in the format {fmt_name!r} of the other rows"
+    raise DataError(
+        f"{source}: column {label} has {n_bad} {what}, e.g. {_shown(example)}; "
+        f"one format per column; {_FORMAT_HINT}"
+    )
+
+
+def _timestamp_seconds(
+    df: DataFrame, source: str, label: str, fmt: str | None
+) -> tuple[Column, list[tuple[str, str, Column]]]:
+    """The ``timestamp`` column as int64 epoch seconds by the rules of
+    :func:`harness.data._normalize_timestamps` (one format per column), and its row checks."""
+    from pyspark.sql import functions as sf
+    from pyspark.sql import types as st
+
+    from harness.data import _EPOCH_UNITS
+    from harness.errors import DataError
+
+    ts = sf.col("timestamp")
+    dtype = df.schema["timestamp"].dataType
+    checks: list[tuple[str, str, Column]] = [("timestamp", "null timestamp(s)", ts.isNull())]
+    given = fmt if fmt in _EPOCH_UNITS else None
+    if isinstance(dtype, st.TimestampType | st.TimestampNTZType | st.DateType):
+        return sf.unix_timestamp(ts.cast("timestamp")), checks
+    if _is_integer_type(dtype) or isinstance(dtype, st.FloatType | st.DoubleType | st.DecimalType):
+        x = ts.cast("double") if not _is_integer_type(dtype) else ts.cast("bigint")
+        if not _is_integer_type(dtype):
+            bad = ts.isNotNull() & (
+                sf.isnan(x) | (sf.abs(x) == float("inf")) | (sf.abs(x) >= sf.lit(2.0**62))
+            )
+            checks.append(("timestamp", "unparsable timestamp(s)", bad))
+            _raise_first(df, source, checks)
+        return _epoch_seconds(df.filter(ts.isNotNull()), x, ts, source, label, given), checks
+    if not isinstance(dtype, st.StringType):
+        raise DataError(
+            f"{source}: column {label} holds {dtype.simpleString()} values; timestamps must be "
+            "numbers, text or datetimes"
+        )
+    text = sf.trim(ts)
+    _raise_first(df, source, checks)
+    if fmt is not None and fmt not in _EPOCH_UNITS:
+        if fmt == "ISO8601":
+            parsed = sf.try_to_timestamp(text)
+        else:
+            parsed = sf.try_to_timestamp(text, sf.lit(_spark_pattern(fmt, source)))
+        checks.append(
+            (
+                "timestamp",
+                f"timestamp(s) not in the format {fmt!r} set in dataset.timestamp_format",
+                parsed.isNull(),
+            )
+        )
+        return sf.unix_timestamp(parsed), checks
+    row = _one_row(
+        df,
+        sf.count(sf.when(~text.rlike(_DIGITS), 1)).alias("not_digits"),
+        sf.count(sf.when(~text.rlike(_NUMBER), 1)).alias("not_numbers"),
+        sf.first(sf.when(~text.rlike(_NUMBER), ts), ignorenulls=True).alias("e"),
+    )
+    if int(row["not_digits"]) == 0:
+        x = sf.regexp_replace(text, r"^\+", "").try_cast("bigint")
+        return _epoch_seconds(df, x, ts, source, label, given), checks
+    if int(row["not_numbers"]) == 0:
+        x = text.try_cast("double")
+        return _epoch_seconds(df, x, ts, source, label, given), checks
+    if fmt is not None:
+        raise DataError(
+            f"{source}: column {label} has {int(row['not_numbers'])} timestamp(s) not in the "
+            f"format {fmt!r} set in dataset.timestamp_format, e.g. {_shown(row['e'])}"
+        )
+    return _date_text(df, text, ts, source, label), checks
+
+
+def _raise_first(df: DataFrame, source: str, checks: list[tuple[str, str, Column]]) -> None:
+    """Run ``checks`` (column, what, bad-row condition) in one job; raise the first that fails."""
+    from pyspark.sql import functions as sf
+
+    from harness.errors import DataError
+
+    aggs = []
+    for i, (name, _, cond) in enumerate(checks):
+        aggs += [
+            sf.count(sf.when(cond, 1)).alias(f"n{i}"),
+            sf.first(sf.when(cond, sf.col(name)), ignorenulls=True).alias(f"e{i}"),
+        ]
+    if not aggs:
+        return
+    row = _one_row(df, *aggs)
+    for i, (name, what, _) in enumerate(checks):
+        if int(row[f"n{i}"]):
+            raise DataError(
+                f"{source}: column '{name}' has {int(row[f'n{i}'])} {what}, "
+                f"e.g. {_shown(row[f'e{i}'])}"
+            )
+
+
+def _near_duplicates(df: DataFrame, name: str, source: str, label: str, why: str) -> None:
+    """:func:`harness.data._check_near_duplicates` on Spark: text ids that only differ in how a
+    number is written (``70``, ``70.0``, ``+70``) are refused, naming the first two by first
+    appearance. One job over the distinct numeric-looking ids."""
+    from pyspark.sql import functions as sf
+
+    from harness.errors import DataError
+
+    value = sf.trim(sf.col(name))
+    key = sf.regexp_replace(
+        sf.regexp_replace(
+            sf.regexp_replace(
+                sf.regexp_replace(sf.col("_v"), r"^\+", ""), r"^(-?[0-9]+\.[0-9]*?)0+$", "$1"
+            ),
+            r"\.$",
+            "",
+        ),
+        r"^-0$",
+        "0",
+    )
+    numeric = (
+        df.select(value.alias("_v"), sf.monotonically_increasing_id().alias("_r"))
+        .filter(sf.col("_v").rlike(_NUMBER))
+        .groupBy("_v")
+        .agg(sf.min("_r").alias("_r"))
+        .withColumn("_k", key)
+    )
+    clash = (
+        numeric.groupBy("_k")
+        .agg(
+            sf.count(sf.lit(1)).alias("_n"),
+            sf.min("_r").alias("_r"),
+            sf.sort_array(sf.collect_list(sf.struct("_r", "_v"))).alias("_vs"),
+        )
+        .filter(sf.col("_n") > 1)
+        .orderBy("_r")
+        .first()
+    )
+    if clash is None:
+        return
+    a, b = (v["_v"] for v in clash["_vs"][:2])
+    raise DataError(
+        f"{source}: column {label} has ids that differ only in number formatting: {a!r} and "
+        f"{b!r}{why}; write each id one way"
+    )
 
 
 def read_interactions(
@@ -86,73 +399,113 @@ def read_interactions(
     *,
     fmt: str | None = None,
     rating_range: tuple[float, float] | None = None,
+    columns: dict[str, str] | None = None,
+    duplicates: str = "error",
+    timestamp_format: str | None = None,
 ) -> DataFrame:
     """Interactions (``user, item, timestamp`` [, ``rating``]) from any Spark-readable path
-    (local, ``s3a://``, ``hdfs://``; Parquet, or CSV with a header), checked in Spark.
+    (local, ``s3a://``, ``hdfs://``; Parquet, or CSV/TSV with a header), checked in Spark.
 
-    The checks of :func:`harness.data.validate_interactions`, with its one-line
-    ``DataError`` naming the path and the column: missing column, no rows, null ids, ids that
-    are neither integers nor text, null or unparsable timestamps, null / non-finite ratings or
-    ratings outside ``rating_range``. One Spark job counts every problem (with an example
-    value); nothing is collected. Timestamps become int64 epoch seconds; CSV ids that are all
-    integers become integers, as in the in-process loader.
+    The rules and one-line ``DataError`` of :func:`harness.data.load_interactions` (file,
+    column, an example value; no row number, which Spark does not keep): missing column, no
+    rows, null ids; one id type per column (integral numbers, ``"42"`` or ``"42.0"`` but not
+    ``"007"`` or ``"+42"``, become long, else every id is text, and text ids that differ only in
+    number formatting are refused); one timestamp format per column (epoch seconds, or
+    milliseconds when every value is in [1e11, 1e14); ISO 8601, then day-first / month-first
+    layouts, ambiguous ones refused) or ``timestamp_format``; finite ratings within
+    ``rating_range``; the ``duplicates`` policy on (user, item, timestamp). A handful of
+    aggregate jobs; nothing is collected but counts and examples.
     """
+    from pyspark.sql import Window
     from pyspark.sql import functions as sf
     from pyspark.sql import types as st
 
+    from harness.data import (
+        DUPLICATE_POLICIES,
+        _check_policy,
+        _check_timestamp_format,
+        _column_mapping,
+        _label,
+    )
     from harness.errors import DataError
 
     source = os.fspath(path)
+    mapping = _column_mapping(columns, source)
+    _check_policy(duplicates, source)
+    _check_timestamp_format(timestamp_format, source)
     kind = _spark_format(source, fmt)
     reader = spark.read
-    if kind == "csv":
-        sep = "\t" if source.rstrip("/").lower().endswith(".tsv") else ","
+    if kind in ("csv", "tsv"):
+        sep = "\t" if kind == "tsv" else ","
         df = reader.option("header", True).option("sep", sep).csv(source)
     else:
         df = reader.parquet(source)
     found = [str(c) for c in df.columns]
-    missing = [c for c in ("user", "item", "timestamp") if c not in found]
+    wanted = ["user", "item", "timestamp"] + (["rating"] if mapping["rating"] in found else [])
+    missing = [c for c in ("user", "item", "timestamp") if mapping[c] not in found]
+    if "rating" in (columns or {}) and mapping["rating"] not in found:
+        missing.append("rating")
     if missing:
-        raise DataError(f"{source}: missing column '{missing[0]}'; columns found: {found}")
-    cols = ["user", "item", "timestamp"] + (["rating"] if "rating" in found else [])
-    df = df.select(*cols)
+        hint = (
+            "; if the file has no ratings, set dataset.columns.rating=null"
+            if missing[0] == "rating"
+            else ""
+        )
+        raise DataError(
+            f"{source}: missing column {_label(missing[0], mapping)}; columns found: {found}{hint}"
+        )
+    df = df.select(*[sf.col(f"`{mapping[c]}`").alias(c) for c in wanted])
+    for c in wanted:
+        if isinstance(df.schema[c].dataType, st.ArrayType | st.MapType | st.StructType):
+            raise DataError(
+                f"{source}: column '{mapping[c]}' holds nested values "
+                f"({df.schema[c].dataType.simpleString()}); ids, timestamps and ratings must be "
+                "single values"
+            )
+    if df.limit(1).count() == 0:
+        raise DataError(f"{source}: no interactions (0 rows)")
 
     checks: list[tuple[str, str, Column]] = []  # (column, what, bad-row condition)
     typed: dict[str, Column] = {}
+    text_checks: dict[str, tuple[Column, Column]] = {}
     for name in ("user", "item"):
         dtype = df.schema[name].dataType
         col = sf.col(name)
-        checks.append((name, "null id(s)", col.isNull()))
+        is_float = isinstance(dtype, st.FloatType | st.DoubleType)
+        null = col.isNull() | sf.isnan(col) if is_float else col.isNull()
+        checks.append((name, "null id(s)", null))
         if isinstance(dtype, st.StringType):
-            as_int = sf.expr(f"try_cast(trim(`{name}`) as bigint)")
-            typed[name] = col  # decided below: integers if every value is one
-            checks.append((name, "_int", col.isNotNull() & as_int.isNull()))
+            t = sf.trim(col)
+            as_int = sf.regexp_replace(t, r"\.0+$", "").try_cast("bigint")
+            text_checks[name] = (~t.rlike(_INTEGRAL) | as_int.isNull(), t)
+            typed[name] = t
         elif _is_integer_type(dtype):
             typed[name] = col.cast("bigint")
         elif isinstance(dtype, st.FloatType | st.DoubleType | st.DecimalType):
-            frac = col.isNotNull() & (sf.isnan(col.cast("double")) | (col != sf.floor(col)))
-            checks.append((name, "non-integer number(s) (ids must be integers or text)", frac))
-            typed[name] = col.cast("bigint")
+            v = col.cast("double")
+            exact = sf.abs(v) < sf.lit(2.0**53)
+            integral = ~sf.isnan(v) & (sf.abs(v) != float("inf")) & (v == sf.floor(v))
+            text_checks[name] = (~integral, col.cast("string"))
+            checks.append(
+                (
+                    name,
+                    "float id(s) beyond 2**53 (not exact; store ids as integers or text)",
+                    col.isNotNull() & integral & ~exact,
+                )
+            )
+            typed[name] = v.cast("bigint")
         else:
             raise DataError(
-                f"{source}: column '{name}' holds {dtype.simpleString()} values; "
+                f"{source}: column {_label(name, mapping)} holds {dtype.simpleString()} values; "
                 "ids must be integers or text"
             )
-    ts = sf.col("timestamp")
-    ts_type = df.schema["timestamp"].dataType
-    checks.append(("timestamp", "null timestamp(s)", ts.isNull()))
-    if _is_integer_type(ts_type):
-        seconds = ts.cast("bigint")
-    elif isinstance(ts_type, st.TimestampType | st.TimestampNTZType | st.DateType):
-        seconds = sf.unix_timestamp(ts.cast("timestamp"))
-    else:
-        parsed = sf.expr("try_to_timestamp(cast(`timestamp` as string))")
-        as_int = sf.expr("try_cast(trim(cast(`timestamp` as string)) as bigint)")
-        seconds = sf.coalesce(as_int, sf.unix_timestamp(parsed))
-        checks.append(("timestamp", "unparsable timestamp(s)", ts.isNotNull() & seconds.isNull()))
+    seconds, ts_checks = _timestamp_seconds(
+        df, source, _label("timestamp", mapping), timestamp_format
+    )
+    checks += ts_checks
     out_cols = {"timestamp": seconds}
-    if "rating" in cols:
-        rating = sf.expr("try_cast(`rating` as double)")
+    if "rating" in wanted:
+        rating = sf.trim(sf.col("rating").cast("string")).try_cast("double")
         raw = sf.col("rating")
         checks.append(("rating", "null rating(s)", raw.isNull()))
         bad = raw.isNotNull() & (
@@ -168,34 +521,87 @@ def read_interactions(
             outside = rating.isNotNull() & ~bad & ((rating < lo) | (rating > hi))
             checks.append(("rating", f"rating(s) outside [{lo}, {hi}]", outside))
         out_cols["rating"] = rating
+    checks.append(("timestamp", "_seconds", seconds.isNull() & sf.col("timestamp").isNotNull()))
 
-    aggs = [sf.count(sf.lit(1)).alias("_rows")]
+    aggs = []
     for i, (name, _, cond) in enumerate(checks):
         aggs += [
             sf.count(sf.when(cond, 1)).alias(f"n{i}"),
             sf.first(sf.when(cond, sf.col(name)), ignorenulls=True).alias(f"e{i}"),
         ]
-    row = df.agg(*aggs).first()
-    if row is None or int(row["_rows"]) == 0:
-        raise DataError(f"{source}: no interactions (0 rows)")
-    text_ids: set[str] = set()
+    for name, (not_int, _) in text_checks.items():
+        aggs += [
+            sf.count(sf.when(not_int, 1)).alias(f"text_{name}"),
+            sf.first(sf.when(not_int, sf.col(name)), ignorenulls=True).alias(f"text_e_{name}"),
+        ]
+    row = _one_row(df, *aggs)
     for i, (name, what, _) in enumerate(checks):
         n = int(row[f"n{i}"])
-        if what == "_int":
-            if n:
-                text_ids.add(name)
-            continue
-        if n:
-            example = row[f"e{i}"]
-            shown = "null" if example is None else repr(example)
-            raise DataError(f"{source}: column '{name}' has {n} {what}, e.g. {shown}")
-    for name in ("user", "item"):
-        if isinstance(df.schema[name].dataType, st.StringType):
-            typed[name] = (
-                sf.col(name) if name in text_ids else sf.expr(f"try_cast(trim(`{name}`) as bigint)")
+        if n and what == "_seconds":
+            raise DataError(
+                f"{source}: column {_label(name, mapping)} has {n} unparsable timestamp(s), "
+                f"e.g. {_shown(row[f'e{i}'])}"
             )
-    return df.select(
+        if n:
+            raise DataError(
+                f"{source}: column {_label(name, mapping)} has {n} {what}, "
+                f"e.g. {_shown(row[f'e{i}'])}"
+            )
+    for name, (_, as_text) in text_checks.items():
+        if int(row[f"text_{name}"]) == 0:
+            if isinstance(df.schema[name].dataType, st.StringType):
+                digits = sf.regexp_replace(sf.trim(sf.col(name)), r"\.0+$", "")
+                typed[name] = digits.try_cast("bigint")
+            continue
+        typed[name] = as_text
+        if isinstance(df.schema[name].dataType, st.StringType):
+            why = f" (ids are text because of e.g. {_shown(row[f'text_e_{name}'].strip())})"
+            _near_duplicates(df, name, source, _label(name, mapping), why)
+    result = df.select(
         typed["user"].alias("user"),
         typed["item"].alias("item"),
         *[c.alias(n) for n, c in out_cols.items()],
+    )
+    return _duplicate_policy(result, duplicates, source, DUPLICATE_POLICIES, Window)
+
+
+def _duplicate_policy(
+    df: DataFrame, duplicates: str, source: str, policies: tuple[str, ...], window: Any
+) -> DataFrame:
+    """:func:`harness.data._apply_duplicate_policy` on Spark: ``error`` counts the rows in
+    duplicate (user, item, timestamp) events (one job); ``keep_first`` / ``keep_last`` keep one
+    per event by input order (Spark's ``monotonically_increasing_id``)."""
+    from pyspark.sql import functions as sf
+
+    from harness.errors import DataError
+
+    if duplicates == "keep_all":
+        return df
+    key = ["user", "item", "timestamp"]
+    if duplicates == "error":
+        dup = (
+            df.groupBy(*key)
+            .agg(sf.count(sf.lit(1)).alias("_n"))
+            .filter(sf.col("_n") > 1)
+            .agg(
+                sf.sum("_n").alias("rows"),
+                sf.first(sf.struct(*key), ignorenulls=True).alias("e"),
+            )
+            .first()
+        )
+        if dup is not None and dup["rows"]:
+            e = dup["e"]
+            raise DataError(
+                f"{source}: columns ('user', 'item', 'timestamp') have {int(dup['rows'])} rows "
+                f"in duplicate events, e.g. user={_shown(e['user'])} item={_shown(e['item'])} "
+                f"timestamp={_shown(e['timestamp'])}; set duplicates= one of {list(policies)}"
+            )
+        return df
+    order = sf.col("_dup_row").asc() if duplicates == "keep_first" else sf.col("_dup_row").desc()
+    w = window.partitionBy(*key).orderBy(order)
+    return (
+        df.withColumn("_dup_row", sf.monotonically_increasing_id())
+        .withColumn("_dup_rank", sf.row_number().over(w))
+        .filter(sf.col("_dup_rank") == 1)
+        .drop("_dup_row", "_dup_rank")
     )

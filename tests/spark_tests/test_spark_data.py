@@ -42,8 +42,9 @@ def frame(part: Any, drop_row: bool = False) -> pd.DataFrame:
     """A split part as a sorted pandas frame (``drop_row``: content columns only)."""
     out = part.toPandas() if hasattr(part, "toPandas") else part.copy()
     if drop_row:
-        out = out.drop(columns="row")
-    out = out.astype({"timestamp": "int64", **({} if drop_row else {"row": "int64"})})
+        out = out.drop(columns=[c for c in ("row",) if c in out.columns])
+    ints = [c for c in ("timestamp", "row") if c in out.columns]
+    out = out.astype(dict.fromkeys(ints, "int64"))
     if out["user"].dtype.kind != "i":
         out = out.astype({"user": object, "item": object})
     return out.sort_values(list(out.columns)).reset_index(drop=True)
@@ -158,18 +159,152 @@ def test_random_split_ignores_row_order_and_follows_the_seed() -> None:
     assert (split_pairs == 2).any()
 
 
-def test_random_split_is_a_uniform_draw() -> None:
-    """Each event is test with probability test_ratio, independently of who or when: over 400
-    seeds every row's test frequency is within 5 sigma of 0.2 and the per-seed count is exact."""
-    df = events("int").iloc[:500]
-    hits = np.zeros(len(df))
-    for seed in range(400):
-        test = hsplit.random_split(df, test_ratio=0.2, seed=seed).test
-        assert len(test) == 100
-        hits[test.index.to_numpy()] += 1
-    freq = hits / 400
-    sigma = np.sqrt(0.2 * 0.8 / 400)
-    assert np.abs(freq - 0.2).max() < 5 * sigma
-    # no dependence on time: early and late halves are held out equally often
-    early = df["timestamp"].to_numpy() <= np.median(df["timestamp"])
-    assert abs(freq[early].mean() - freq[~early].mean()) < 0.01
+# ---------------------------------------------------------------------------- candidates
+
+
+@pytest.mark.parametrize(("ids", "sampling"), [("str", "uniform"), ("int", "popularity")])
+def test_sampled_candidates_equal_the_in_process_ones(
+    few_partitions: Any, ids: str, sampling: str
+) -> None:
+    """The same (user, item) rows, for text and integer ids, uniform and popularity draws; test
+    items unseen in training (unseen=keep), and a user who has seen all but a few items (who
+    gets all of them)."""
+    from harness.candidates import sample_negatives
+    from harness.spark.candidates import sample_negatives_spark
+
+    df = events(ids).drop(columns="row")
+    split = hsplit.make_split(df, "global_time", cut=0.85, unseen="keep")
+    catalog = pd.unique(split.train["item"])
+    power = split.test["user"].iloc[0]
+    train = pd.concat(
+        [split.train, pd.DataFrame({"user": power, "item": catalog[3:], "timestamp": 0})],
+        ignore_index=True,
+    )
+    test = split.test
+    want = sample_negatives(train, test, 20, sampling, seed=4)
+    if ids == "str":
+        train, test = (p.astype({"user": object, "item": object}) for p in (train, test))
+    got = sample_negatives_spark(
+        few_partitions.createDataFrame(train), few_partitions.createDataFrame(test), 20, sampling, 4
+    )
+    pd.testing.assert_frame_equal(frame(got, drop_row=True), frame(want, drop_row=True))
+    per_user = want.groupby("user").size()
+    assert per_user.max() > per_user[power] > 0  # the power user got its few unseen items
+    assert len(want) > 20 * len(per_user)
+
+
+# ------------------------------------------------------------------------------- reading
+
+GOOD = pd.DataFrame(
+    {
+        "user": ["42", "42.0", "7", "8"],  # "42.0" is the id 42: integer ids
+        "item": ["007", "b", "c", "b"],  # "007" is not an integer: text ids, kept as written
+        "timestamp": ["13/01/2023 10:00", "14/01/2023 11:30", "2/02/2023 09:05", "1/03/2023 00:00"],
+        "rating": [1.0, 2.5, 3.0, 5.0],
+    }
+)
+
+
+def _without_rows(message: str) -> str:
+    """The loader's message less its row numbers, which the Spark reader does not know."""
+    import re
+
+    message = re.sub(r" at rows? (?:\[[\d, ]*\]|\d+)", "", message)
+    return re.sub(r" \(0-based data rows?\)", "", message)
+
+
+def _write(frame: pd.DataFrame, path: Any) -> None:
+    if str(path).endswith(".csv"):
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path)
+
+
+def test_read_interactions_gives_the_loaders_rows_and_types(spark: Any, tmp_path: Any) -> None:
+    from harness import data as hdata
+    from harness.spark.io import read_interactions
+
+    cases: dict[str, tuple[pd.DataFrame, dict[str, Any]]] = {
+        "dayfirst.csv": (GOOD, {}),
+        "epoch_ms.parquet": (
+            GOOD.assign(timestamp=[1673604000123, 1673695800999, 1675328700000, 1677628800000]),
+            {},
+        ),
+        "floats.parquet": (GOOD.assign(user=[42.0, 42.0, 7.0, 8.0], item=[1.5, 2.0, 2.0, 3.0]), {}),
+        "renamed.csv": (
+            GOOD.rename(columns={"user": "uid", "timestamp": "when"}),
+            {"columns": {"user": "uid", "timestamp": "when"}},
+        ),
+        "repeats_first.csv": (
+            pd.concat([GOOD, GOOD.assign(rating=4.0)]),
+            {"duplicates": "keep_first"},
+        ),
+        "repeats_last.csv": (
+            pd.concat([GOOD, GOOD.assign(rating=4.0)]),
+            {"duplicates": "keep_last"},
+        ),
+        "format.csv": (
+            GOOD.assign(
+                timestamp=[
+                    "2023.01.13 10h00",
+                    "2023.01.14 11h30",
+                    "2023.02.02 09h05",
+                    "2023.03.01 00h00",
+                ]
+            ),
+            {"timestamp_format": "%Y.%m.%d %Hh%M"},
+        ),
+    }
+    for name, (frame_, kw) in cases.items():
+        path = tmp_path / name
+        _write(frame_, path)
+        want = hdata.load_interactions(path, rating_range=(1, 5), **kw)
+        got = read_interactions(spark, str(path), rating_range=(1, 5), **kw).toPandas()
+        for col in ("user", "item"):
+            assert (got[col].dtype.kind == "i") == (want[col].dtype.kind == "i"), (name, col)
+        pd.testing.assert_frame_equal(
+            frame(got, drop_row=True), frame(want, drop_row=True), check_dtype=False, obj=name
+        )
+
+
+BAD: dict[str, pd.DataFrame] = {
+    "missing.csv": GOOD.drop(columns="timestamp"),
+    "null_user.parquet": GOOD.assign(user=[1.0, None, 2.0, 3.0]),
+    "rating.csv": GOOD.assign(rating=[1.0, 9.0, 2.0, 7.0]),
+    "text_rating.csv": GOOD.assign(rating=["1", "x", "2", "3"]),
+    "near_duplicate.csv": GOOD.assign(user=["70", "x1", "70.0", "8"]),
+    "plus_sign.csv": GOOD.assign(item=["+5", "5", "x", "y"]),
+    "float_beyond.parquet": GOOD.assign(user=[2.0**60, 1.0, 2.0, 3.0]),
+    "epoch_mixed.csv": GOOD.assign(timestamp=[1673604000, 1673695800000, 1675328700, 1677628800]),
+    "epoch_huge.parquet": GOOD.assign(timestamp=[10**15, 10**15 + 1, 10**15 + 2, 10**15 + 3]),
+    "one_layout.csv": GOOD.assign(
+        timestamp=["2023-01-13 10:00:00", "2023-01-14", "14/01/2023", "2023-03-01T00:00:00"]
+    ),
+    "ambiguous.csv": GOOD.assign(
+        timestamp=["01/02/2023", "03/04/2023", "05/06/2023", "07/08/2023"]
+    ),
+    "unparsable.csv": GOOD.assign(timestamp=["x", "yesterday", "?", "never"]),
+    "duplicate.csv": pd.concat([GOOD, GOOD.iloc[[2]]]),
+    "empty.parquet": GOOD.iloc[:0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_read_interactions_gives_the_loaders_one_line_errors(
+    spark: Any, tmp_path: Any, name: str
+) -> None:
+    """The same file, column, what and example value as the in-process loader's message (its
+    row numbers aside)."""
+    from harness import data as hdata
+    from harness.errors import DataError
+    from harness.spark.io import read_interactions
+
+    path = tmp_path / name
+    _write(BAD[name], path)
+    with pytest.raises(DataError) as want:
+        hdata.load_interactions(path, rating_range=(1, 5))
+    with pytest.raises(DataError) as got:
+        read_interactions(spark, str(path), rating_range=(1, 5))
+    message = str(got.value)
+    assert "\n" not in message and message.startswith(str(path))
+    assert message == _without_rows(str(want.value))
