@@ -94,12 +94,46 @@ def run_case(events: int, ids: str, folder: Path) -> dict[str, Any]:
     }
 
 
+def markdown(results: list[dict[str, Any]]) -> str:
+    """The README's table: one column per case, ``wall s / CPU s / peak MB`` per stage."""
+    stages = list(dict.fromkeys(row["stage"] for r in results for row in r["rows"]))
+    head = [f"{r['events'] / 1e6:g}M {r['ids']}" for r in results]
+    lines = ["| stage | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for stage in stages:
+        cells = []
+        for r in results:
+            row = next((x for x in r["rows"] if x["stage"] == stage), None)
+            cells.append(
+                "-"
+                if row is None
+                else f"{row['seconds']:.1f} / {row.get('cpu_seconds', float('nan')):.1f} / "
+                f"{row['peak_mb']:.0f}"
+            )
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    walls = " | ".join(f"{r['wall']:.0f}" for r in results)
+    lines.append(f"| **process: wall s** | {walls} |")
+    lines.append(
+        "| **process: CPU s** | " + " | ".join(f"**{r['cpu']:.1f}**" for r in results) + " |"
+    )
+    lines.append(
+        "| **process: peak MB** | " + " | ".join(f"**{r['peak_mb']:.0f}**" for r in results) + " |"
+    )
+    lines.append("| load average | " + " | ".join(f"{r['load']:.0f}" for r in results) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--ids", nargs="+", default=["synthetic", "int", "str"])
     p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument(
+        "--markdown", type=Path, nargs="+", help="only print the README table of these --json files"
+    )
     args = p.parse_args()
+    if args.markdown:
+        print(markdown([r for f in args.markdown for r in json.loads(f.read_text())]))
+        return
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for events in args.events:
