@@ -246,6 +246,7 @@ def plan(
         child_tags = {
             **tags,
             "model": name,
+            "mlflow.runType": "evaluation",  # MLflow's runs table opens its parent expanded
             "decision": decision if outcome.ok else "failed",
             "status": "ok" if outcome.ok else "failed",
             **({"error": outcome.error} if outcome.error else {}),
@@ -348,6 +349,7 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
     parent_run = found[0] if found else None
     if parent_run is None:
         parent = tracker.start(the_plan["run_name"], spec["tags"])
+        tracker.share_view(spec["tags"].get("headline"))
     else:
         parent = parent_run.info.run_id
     ids = {"parent": parent}

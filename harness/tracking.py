@@ -25,6 +25,8 @@ __all__ = ["Tracker", "configure_http", "flatten", "git_state", "metric_key"]
 _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_VALUE = 1000, 100, 6000
 #: MLflow 3's UI opens an experiment on its runs (not the GenAI overview) with this tag.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+#: the runs table view the harness shares (``?viewStateShareKey=harness`` in the printed link)
+VIEW_KEY = "harness"
 
 
 def metric_key(name: str) -> str:
@@ -170,6 +172,33 @@ class Tracker:
             return
         for key, value in EXPERIMENT_KIND.items():
             self.client.set_experiment_tag(self.experiment_id, key, value)
+
+    def share_view(self, headline: str | None) -> None:
+        """Save the runs table view the printed link opens: the headline metric, the decision
+        and the source as columns. MLflow 3.17's UI ignores the experiment's kind and shows only
+        Source, Models and Dataset to a fresh browser; a shared view (an experiment tag the link
+        names) is the one server-side way to show more without ticking columns by hand."""
+        columns = [f"metrics.`{metric_key(headline)}`"] if headline else []
+        columns += ["tags.`decision`", "attributes.`Source`"]
+        name, decision = "attributes.`Run Name`", "tags.`decision`"
+        state = {
+            "selectedColumns": columns,
+            "columnOrder": [name, "runDateAndNestInfo", "duration", *columns],
+            "columnWidths": {name: 330, decision: 150},
+            "orderByKey": "attributes.start_time",
+        }
+        self.client.set_experiment_tag(
+            self.experiment_id, f"mlflow.sharedViewState.{VIEW_KEY}", json.dumps(state)
+        )
+
+    def runs_link(self, base: str) -> str:
+        """The runs page of this experiment at ``base``, in the model-training view (MLflow 3
+        remembers the GenAI switch per browser and opens a fresh one on GenAI) with the view of
+        :meth:`share_view`."""
+        return (
+            f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs"
+            f"?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"
+        )
 
     def start(
         self, name: str, tags: Mapping[str, str] | None = None, parent: str | None = None

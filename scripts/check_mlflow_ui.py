@@ -103,27 +103,6 @@ def check(page_text: str, stdout: str) -> list[str]:
     return failures
 
 
-def runs_link(url: str, experiment_id: str) -> str:
-    """The experiment's runs page; ``workflowType`` overrides the browser's remembered GenAI /
-    Model training switch (a fresh browser remembers GenAI and opens the traces overview)."""
-    return f"{url}/#/experiments/{experiment_id}?workflowType=machine_learning"
-
-
-def table_state(parent: str, columns: list[str]) -> str:
-    """The runs table's saved state (browser storage): the parent run expanded and ``columns``
-    shown; what a user gets by ticking them under "Columns" once."""
-    import json
-
-    return json.dumps(
-        {
-            "selectedColumns": columns,
-            "runsExpanded": {parent: True},
-            "orderByKey": "attributes.start_time",
-            "orderByAsc": False,
-        }
-    )
-
-
 def look(
     browser: Any, url: str, experiment_id: str, uri: str, stdout: str, docs: Path
 ) -> tuple[list[str], list[str]]:
@@ -142,16 +121,16 @@ def look(
             "remembers the GenAI switch per browser): use the link the harness prints"
         )
     fresh.close()
-    parent = re.search(r"parent run ([0-9a-f]{32})", stdout)
-    columns = ["tags.`decision`", "metrics.`ndcg_at_10`", "attributes.`Source`"]
-    key = f'MLflowLocalStorage-1.1-ExperimentPage-["{experiment_id}"]-ReactComponentState'
+    # a fresh browser (nothing saved) on the link the harness prints; only MLflow's assistant
+    # panel is kept closed, so the screenshot shows the table
     page = browser.new_page(viewport={"width": 1600, "height": 700})
-    if parent:
-        state = table_state(parent.group(1), columns)
-        page.add_init_script(f"window.localStorage.setItem({json.dumps(key)}, {json.dumps(state)})")
     for item, value in (("panelOpen_v1", "false"), ("fab.autoOpenedOnFirstLoad_v1", "true")):
         page.add_init_script(f"window.localStorage.setItem('mlflow.assistant.{item}', '{value}')")
-    page.goto(runs_link(url, experiment_id), wait_until="load")
+    printed = re.search(r"^  runs: (\S+)$", stdout, re.M)
+    if printed is None:
+        return [*failures, "the harness printed no runs link"], notes
+    link = printed.group(1).replace("http://127.0.0.1:5000", url)
+    page.goto(link, wait_until="load")
     page.wait_for_timeout(8000)
     if "/runs" not in page.url:
         failures.append(f"the experiment opened on {page.url.split('#', 1)[1]}, not on its runs")
@@ -163,6 +142,9 @@ def look(
     exp = MlflowClient(uri).get_experiment(experiment_id)
     if exp.tags.get("mlflow.experimentKind") != "custom_model_development":
         failures.append("the experiment has no mlflow.experimentKind=custom_model_development")
+    view = json.loads(exp.tags.get("mlflow.sharedViewState.harness", "{}"))
+    if "tags.`decision`" not in view.get("selectedColumns", []):
+        failures.append("the experiment has no shared runs view with the decision column")
     return failures, notes
 
 

@@ -5,12 +5,13 @@ run or a binary labels file; the main run's table, verdict and report otherwise;
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import HarnessCli
 
 pytestmark = pytest.mark.slow
+CLI = HarnessCli()
 
 
 @pytest.fixture(scope="module")
@@ -19,10 +20,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     from mlflow import MlflowClient
 
     cwd = tmp_path_factory.mktemp("compare-cli")
-    done = subprocess.run(
-        [sys.executable, "-m", "harness", "experiment=quick", "progress=false"],
-        cwd=cwd, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    done = CLI.run(cwd, quick=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     client = MlflowClient(f"sqlite:///{cwd}/runs/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("offline-eval").experiment_id])
@@ -32,10 +30,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 
 def _compare(store: dict[str, object], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.compare", *args],
-        cwd=store["cwd"], capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    return CLI.run(store["cwd"], *args, timeout=600, module="harness.compare")
 
 
 def test_unknown_run_id_is_one_line_exit_2(store) -> None:

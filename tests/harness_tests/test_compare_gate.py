@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from support import HarnessCli
 
 import metrics
 from harness.compare import CompareSpec, compare_models, compare_pair
@@ -142,17 +143,11 @@ def test_missing_baseline_is_a_note(result) -> None:
     assert pairs == [] and "nope" in notes[0]
 
 
-def _harness(cwd, *overrides):
-    import subprocess
-    import sys
+CLI = HarnessCli()
 
-    return subprocess.run(
-        [sys.executable, "-m", "harness", "experiment=quick", "progress=false", *overrides],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+def _harness(cwd, *overrides):
+    return CLI.run(cwd, *overrides, quick=True)
 
 
 def _child_runs(cwd):
@@ -204,8 +199,6 @@ def test_gate_enforce_exit_codes_and_tags(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(tmp_path) -> None:
-    import subprocess
-    import sys
 
     assert _harness(tmp_path, "model=[popularity,item_knn]").returncode == 0
     assert _harness(tmp_path, "model=[popularity]", "split=leave_one_out").returncode == 0
@@ -217,13 +210,7 @@ def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(tmp_pa
     other_split_pop = by_name["popularity"][1]
 
     def cli(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "harness.compare", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return CLI.run(tmp_path, *args, module="harness.compare")
 
     done = cli(pop.info.run_id, knn.info.run_id, "--enforce", "gate.guardrails=[]", "gate.gsb=null")
     assert done.returncode == 0, done.stderr
@@ -310,20 +297,8 @@ def test_compare_cli_accepts_a_registered_model_version_evaluated_earlier(tmp_pa
     shipped = next(r for r in runs if r.data.tags.get("model") == "mlflow")
     assert shipped.data.tags["model.info.model_uri"] == "models:/demo/1"
     assert shipped.data.tags["model.info.version"] == "1"
-    done = subprocess.run(
-        [sys.executable, "-m", "harness.compare", pop.info.run_id, "models:/demo/1"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = CLI.run(tmp_path, pop.info.run_id, "models:/demo/1", module="harness.compare")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "mlflow vs popularity" in done.stdout
-    missing = subprocess.run(
-        [sys.executable, "-m", "harness.compare", pop.info.run_id, "models:/demo/7"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    missing = CLI.run(tmp_path, pop.info.run_id, "models:/demo/7", module="harness.compare")
     assert missing.returncode == 2 and "no evaluation of models:/demo/7" in missing.stderr

@@ -7,10 +7,8 @@ in subprocesses (exit 2, one ``error:`` line, no traceback, nothing evaluated).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -20,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from support import HarnessCli
 
 from harness.data import load_interactions, validate_interactions
 from harness.errors import DataError
@@ -213,16 +212,7 @@ def write_cases(base: Path) -> dict[str, tuple[str, tuple[str, ...], tuple[str, 
     }
 
 
-def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ},
-    )
+run_cli = HarnessCli().run
 
 
 COMMON = ("dataset=file", "tracking=none", "model=popularity", "progress=false", "compare=none")

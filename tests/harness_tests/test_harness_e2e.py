@@ -7,11 +7,9 @@ data; independent runs are started concurrently to keep the module fast.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
+from support import HarnessCli
 
 import harness.configs
 
@@ -46,15 +45,7 @@ def run_cli(
     cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 240
 ) -> subprocess.CompletedProcess[str]:
     """``python -m harness ARGS`` in ``cwd``; output captured as text."""
-    cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    return HarnessCli().run(cwd, *args, timeout=timeout, env=env)
 
 
 def run_many(jobs: dict[str, tuple[Path, Sequence[str]]]) -> dict[str, Any]:

@@ -10,7 +10,6 @@ both evaluations in order.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from test_tracking import mlflow_server  # noqa: F401  (the real-server fixture)
+from support import HarnessCli, MlflowServer
 
 from harness.gate import GateDecision, RuleResult
 from harness.history import format_history, history_frame
@@ -129,43 +128,33 @@ def _register(url: str, work: Path, *args: str) -> str:
     return re.search(r"^registered reco version (\d+)", proc.stdout, re.MULTILINE).group(1)
 
 
+CLI = HarnessCli()
+
+
 def _evaluate(url: str, work: Path, *overrides: str) -> subprocess.CompletedProcess:
     """The harness on the same data: v2 (models:/reco/2) against the champion alias."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            *(f"dataset.{k}={v}" for k, v in DATA.items()),
-            "progress=false",
-            "model=[mlflow]",
-            "model.mlflow.uri=models:/reco/2",
-            "+model.champion._target_=harness.models.MLflowModel",
-            "+model.champion.uri=models:/reco@champion",
-            f"+model.champion.tracking_uri={url}",
-            "compare.baseline=champion",
-            "compare.n_resamples=300",
-            "tracking=server",
-            f"tracking.uri={url}",
-            "gate.promote=champion",
-            *overrides,
-        ],
-        cwd=work,
-        capture_output=True,
-        text=True,
+    return CLI.run(
+        work,
+        *(f"dataset.{k}={v}" for k, v in DATA.items()),
+        "progress=false",
+        "model=[mlflow]",
+        "model.mlflow.uri=models:/reco/2",
+        "+model.champion._target_=harness.models.MLflowModel",
+        "+model.champion.uri=models:/reco@champion",
+        f"+model.champion.tracking_uri={url}",
+        "compare.baseline=champion",
+        "compare.n_resamples=300",
+        "tracking=server",
+        f"tracking.uri={url}",
+        "gate.promote=champion",
+        *overrides,
         timeout=400,
-        env={**os.environ, "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"},
+        env={"MLFLOW_HTTP_REQUEST_TIMEOUT": "60"},
     )
 
 
 def _history(url: str, work: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.history", *args, "--tracking-uri", url],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return CLI.run(work, *args, "--tracking-uri", url, timeout=120, module="harness.history")
 
 
 def _parent(stdout: str) -> str:
@@ -174,12 +163,12 @@ def _parent(stdout: str) -> str:
 
 @pytest.mark.slow
 def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
-    mlflow_server: str,  # noqa: F811
+    mlflow_server: MlflowServer,
     tmp_path: Path,
 ) -> None:
     from mlflow import MlflowClient
 
-    url = mlflow_server
+    url = mlflow_server.url
     work = tmp_path / "work"
     work.mkdir()
     assert _register(url, work) == "1"  # popularity, @champion
@@ -277,13 +266,7 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
 
 
 def test_a_bad_alias_is_a_one_line_error_before_any_model_runs(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "tracking=none", "gate.promote=latest"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = CLI.run(tmp_path, "tracking=none", "gate.promote=latest", timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: 'gate.promote' must be a registry alias such as champion (letters, digits, _ "

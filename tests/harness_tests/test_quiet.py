@@ -78,6 +78,14 @@ def test_default_run_is_quiet_shows_steps_and_is_readable_in_mlflow(
     client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
     exp = client.get_experiment_by_name("offline-eval")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    # the printed link opens the runs table with the shared view the harness saved
+    view = json.loads(exp.tags["mlflow.sharedViewState.harness"])
+    assert view["selectedColumns"][:2] == ["metrics.`ndcg_at_10`", "tags.`decision`"]
+    link = re.search(r"^  runs: (\S+)$", done.stdout, re.M).group(1)
+    assert link.endswith(
+        f"/#/experiments/{exp.experiment_id}/runs"
+        "?workflowType=machine_learning&viewStateShareKey=harness"
+    )
     runs = client.search_runs([exp.experiment_id])
     parent = next(r for r in runs if "model" not in r.data.tags)
     children = {r.data.tags["model"]: r for r in runs if "model" in r.data.tags}
@@ -92,6 +100,7 @@ def test_default_run_is_quiet_shows_steps_and_is_readable_in_mlflow(
     assert parent.data.tags["decision"] == overall
     assert children["popularity"].data.tags["decision"] == "baseline"
     assert children["random"].data.tags["decision"] == "sanity (not gated)"
+    assert {r.data.tags["mlflow.runType"] for r in children.values()} == {"evaluation"}
     assert (
         children["item_knn"].data.tags["decision"]
         == children["item_knn"].data.tags["gate.decision"]

@@ -5,9 +5,7 @@ sqlite store and real Hydra composition."""
 from __future__ import annotations
 
 import inspect
-import os
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from hydra.utils import get_class
 from mlflow import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 from plugins.recording import Recording
+from support import HarnessCli
 
 import harness.configs
 import metrics
@@ -42,7 +41,6 @@ from harness.tune import (
     validation_view,
 )
 
-TESTS = Path(__file__).resolve().parents[1]
 MODEL_DIR = Path(harness.configs.__file__).parent / "model"
 
 
@@ -315,19 +313,7 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(tmp_path: Path) -> None
 
 
 def tune_process(cwd: Path, env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:
-    full_env = {
-        **os.environ,
-        **env,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "harness.tune", "experiment=quick", "progress=false", *overrides],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=full_env,
-    )
+    return HarnessCli().run(cwd, *overrides, quick=True, env=env, module="harness.tune")
 
 
 @pytest.mark.slow
