@@ -493,9 +493,8 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         if uri_is_local:
             print(f"  open with: mlflow ui --backend-store-uri {cfg.tracking.uri}")
         base = "http://127.0.0.1:5000" if uri_is_local else str(cfg.tracking.uri).rstrip("/")
-        if base.startswith("http"):  # workflowType: else MLflow reopens the GenAI overview
-            link = f"{base}/#/experiments/{tracker.experiment_id}?workflowType=machine_learning"
-            print(f"  runs: {link}")
+        if base.startswith("http"):
+            print(f"  runs: {tracker.runs_link(base)}")
         code = max(  # gate.promote: move a registry alias on GO, record the decision
             code,
             promote_run(
