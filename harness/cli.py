@@ -62,7 +62,12 @@ from harness.promote import promote_run
 from harness.record import job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
 from harness.schema import config_error, one_line_config_errors, register
-from harness.spark.pipeline import load_spark, run_models_spark, split_spark
+from harness.spark.pipeline import (
+    compare_result_spark,
+    load_spark,
+    run_models_spark,
+    split_spark,
+)
 from harness.split import check_usable, load_or_make_split, split_cache_key
 from harness.tracking import configure_http
 
@@ -204,7 +209,8 @@ def _verdicts(
 ) -> tuple[list[PairComparison], dict[str, GateDecision], str | None, list[str], str]:
     """Compare every model with the baseline and gate the candidates (sanity baselines such as
     ``random`` are compared, never gated); the last item is the one-line verdict."""
-    pairs, notes = compare_models(result, cspec, evaluate)
+    on_spark = compare_result_spark(result, cspec)  # engine=spark: from its Spark tables
+    pairs, notes = on_spark if on_spark is not None else compare_models(result, cspec, evaluate)
     gated = [p for p in pairs if p.candidate not in gspec.sanity]
     decisions = {p.candidate: decide(p, gspec) for p in gated} if gspec.enabled else {}
     overall = worst([d.decision for d in decisions.values()]) if decisions else None

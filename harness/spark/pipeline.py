@@ -15,8 +15,11 @@ What reaches the driver (bounded by ``driver_rows``):
   per-item training counts novelty/popularity need;
 - only when the table has at most ``driver_rows`` rows: a copy of the events, of the split
   parts, of each model's top-k lists and per-user table, for the stages still run in-process
-  (the comparison's segments, the report's counts, MLflow's dataset digests). Above it those
-  copies are empty frames, and the comparison must use :attr:`SparkExperimentResult.tables`.
+  (the report's counts, MLflow's dataset digests, ``gate.promote`` and A/B sizing from per-user
+  values). Above it those copies are empty frames.
+
+The comparison (:func:`compare_result_spark`) runs on the Spark tables
+(:attr:`SparkExperimentResult.tables`) at every size.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import pandas as pd
 
 import metrics
 from harness import progress as stage_log
+from harness.compare import CompareSpec, PairComparison
 from harness.datasets import Dataset, load_dataset
 from harness.errors import DataError
 from harness.experiment import (
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SparkExperimentResult",
     "SparkTables",
+    "compare_result_spark",
     "load_spark",
     "model_lists",
     "run_models_spark",
@@ -69,11 +74,12 @@ _FILE_DEFAULTS = {"timestamp_format": None}
 class SparkTables:
     """What a Spark run keeps in Spark: the split parts, the truth (user, item, relevance), and
     per model its top-k lists (user, rank, item, score) and per-user table (user, one column per
-    metric), both read back from the Parquet written, with their URIs."""
+    metric), both read back from the Parquet written under ``base``, with their URIs."""
 
     train: DataFrame
     test: DataFrame
     qrels: DataFrame
+    base: str
     lists: dict[str, DataFrame] = field(default_factory=dict)
     per_user: dict[str, DataFrame] = field(default_factory=dict)
     uris: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -307,7 +313,7 @@ def run_models_spark(
     asked = [n for n in suite.names if n not in skipped] or ["num_rel"]
     side = dataset.side_inputs()
     catalog = int(sp.stats.get("n_input_items") or events.select("item").distinct().count())
-    tables = SparkTables(sp.train, sp.test, qrels)
+    tables = SparkTables(sp.train, sp.test, qrels, base)
     outcomes: dict[str, ModelOutcome] = {
         name: ModelOutcome(name, error=error) for name, error in (load_errors or {}).items()
     }
@@ -401,3 +407,32 @@ def _recs_copy(lists: DataFrame) -> pd.DataFrame:
     """A model's top-k lists on the driver, as the in-process run keeps them."""
     frame = _driver_copy(lists).sort_values(["user", "rank"], kind="stable")
     return cast(pd.DataFrame, frame.reset_index(drop=True)[["user", "rank", "item", "score"]])
+
+
+def compare_result_spark(
+    result: ExperimentResult, spec: CompareSpec
+) -> tuple[list[PairComparison], list[str]] | None:
+    """Every model against the baseline from the run's Spark tables
+    (:func:`harness.spark.compare.compare_models_spark`: per-user tables, segments and item
+    buckets stay in Spark); None for a run not made on Spark."""
+    from harness.spark.compare import compare_models_spark
+
+    tables = getattr(result, "tables", None)
+    if not isinstance(tables, SparkTables):
+        return None
+    ok = [n for n, o in result.outcomes.items() if o.evaluation is not None and n in tables.lists]
+    pairs, notes = compare_models_spark(
+        {n: tables.per_user[n] for n in ok},
+        {n: result.outcomes[n].evaluation.summary for n in ok},  # type: ignore[union-attr]
+        list(result.suite.names),
+        spec,
+        train=tables.train,
+        qrels=tables.qrels,
+        recs={n: tables.lists[n] for n in ok},
+        options=result.suite.evaluate_options(),
+        folder=_uri(tables.base, "comparison"),
+    )
+    for key in ("human_labels", "user_groups"):
+        if getattr(spec, key):
+            notes.append(f"compare.{key} is not computed on engine=spark yet")
+    return pairs, notes
