@@ -24,7 +24,7 @@ import harness.configs
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = Path(harness.configs.__file__).parent
-SCRIPTS = {"recsys-harness": "harness.cli:entry", "recsys-metrics": "metrics.cli:main"}
+SCRIPTS = {"recsys-harness": "harness.__main__:main", "recsys-metrics": "metrics.cli:main"}
 # The exit codes README's "Running an experiment" promises (read independently below).
 EXIT_CODES = {0, 1, 2, 3, 10, 11, 12, 130, 143}
 

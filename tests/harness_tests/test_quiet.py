@@ -4,6 +4,7 @@ updates in a log; MLflow readable at a glance; a multirun's table and sweep run.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -165,3 +166,41 @@ def test_multirun_ends_with_one_table_and_one_sweep_run(harness_cli, tmp_path: P
     )
     assert log.returncode == 0, log.stderr
     assert len(client.search_runs([exp.experiment_id])) == len(runs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("progress", ["true", "false"])
+def test_a_terminal_sees_a_status_line_before_the_libraries_load(
+    harness_cli, tmp_path: Path, progress: str
+) -> None:
+    """On a terminal the first line says the run is starting (before the imports and Hydra's
+    composition, seconds with no output otherwise); ``progress=false`` keeps it quiet."""
+    import pty
+
+    master, slave = pty.openpty()
+    args = ("experiment=quick", "tracking=none", "compare=none", "model=[popularity]")
+    proc = subprocess.Popen(
+        harness_cli.command((*args, f"progress={progress}"), False, "harness"),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        env=harness_cli.env(),
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(timeout=300) == 0
+    os.close(master)
+    lines = b"".join(chunks).decode().splitlines()
+    starting = "… starting (loading libraries, composing the config)"
+    if progress == "true":
+        assert lines and lines[0] == starting, lines[:3]
+    else:
+        assert starting not in lines
