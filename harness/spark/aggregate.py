@@ -2,10 +2,11 @@
 
 Sums and counts (one JSON row per bucket) are merged on the driver with
 :func:`metrics.merge_states`; the count tables are added key by key in Spark first: a table keyed
-by item sends one row per distinct item to the driver; a table keyed by score (relevant /
-irrelevant candidates per distinct score, read only through its pooled pairs) is reduced in Spark
-to its pair counts and reaches the driver as the few-row histogram with the same counts
-(:func:`_pairs_histogram`), so its size does not grow with the number of distinct scores.
+by item sends one row per distinct item to the driver; a table keyed by score with columns
+``pos, neg`` (relevant / irrelevant candidates per distinct score, which a finish reads only
+through its pooled pairs: global AUC's) is reduced in Spark to its pair counts and reaches the
+driver as the few-row histogram with the same counts (:func:`_pairs_histogram`), so its size
+does not grow with the number of distinct scores.
 :func:`metrics.finish_state` turns the merged state into the summary and counts, exactly as
 :func:`metrics.evaluate` does in process.
 """
@@ -93,22 +94,30 @@ def _tables(rows: DataFrame, layouts: dict[str, list[Any]], plan: _Plan) -> dict
     from pyspark.sql import functions as sf
 
     summed = rows.groupBy("tbl", "item", "score").agg(*[sf.sum(c).alias(c) for c in _TABLE_VALUES])
-    by_score = [name for name, (key, _) in layouts.items() if key != "item"]
-    frame = pd.DataFrame(summed.filter(~sf.col("tbl").isin(by_score)).toPandas())
+    pairs = [n for n, (key, cols) in layouts.items() if key == "score" and cols == _PAIRS]
+    frame = pd.DataFrame(summed.filter(~sf.col("tbl").isin(pairs)).toPandas())
     out: dict[str, pd.DataFrame] = {}
     for name, (key, columns) in layouts.items():
-        if key != "item":
+        if name in pairs:
             pos, neg, wins2 = _pooled_pairs(summed.filter(sf.col("tbl") == name))
             out[name] = _pairs_histogram(pos, neg, wins2, columns)
             continue
         mine = frame[frame["tbl"] == name]
-        ids = mine["item"].to_numpy(dtype=np.int64 if plan.item_kind == "bigint" else object)
+        if key == "item":
+            ids = mine["item"].to_numpy(dtype=np.int64 if plan.item_kind == "bigint" else object)
+        else:
+            ids = mine["score"].to_numpy(dtype=np.float64)
         data = {
             col: mine[value].to_numpy(dtype=np.float64).astype(np.int64)
             for value, col in zip(_TABLE_VALUES, columns, strict=False)
         }
         out[name] = pd.DataFrame(data, index=pd.Index(ids, name=key))
     return out
+
+
+# A score-keyed table with these columns counts relevant / irrelevant candidates per distinct
+# score, which a finish reads only through its pooled pairs (global AUC): reduced in Spark.
+_PAIRS = ["pos", "neg"]
 
 
 def _pooled_pairs(hist: DataFrame) -> tuple[int, int, int]:
