@@ -458,7 +458,7 @@ class BaseRecommender:
             if known.any():
                 block[known] = self._score(codes[known])
             block[~known] = self._score_unknown(users[~known])
-        if not (np.isfinite(block.max()) and np.isfinite(block.min())):  # NaN propagates
+        if not _all_finite(block):
             raise ValueError(f"{type(self).__name__} produced non-finite scores")
         if not block.flags.writeable:
             block = block.copy()
@@ -467,6 +467,14 @@ class BaseRecommender:
             rows = np.repeat(np.flatnonzero(known), np.diff(seen.indptr))
             block[rows, seen.indices] = -np.inf
         return block
+
+
+def _all_finite(block: np.ndarray) -> bool:
+    """No NaN or infinity in ``block``, in one pass when the sum is finite (NaN and infinities
+    make it non-finite); only a sum that overflows takes the exact two-pass check."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = block.sum()
+    return bool(np.isfinite(total)) or bool(np.isfinite(block.max()) and np.isfinite(block.min()))
 
 
 # the model parameters' checks, shared with the rest (metrics.checks)

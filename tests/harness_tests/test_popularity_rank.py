@@ -62,3 +62,20 @@ def test_popularity_lists_do_not_depend_on_the_users_asked_with() -> None:
     ids, scores = model.recommend(users, 10)
     ids2, scores2 = model.recommend(users[::-1], 10)
     assert np.array_equal(ids, ids2[::-1]) and np.array_equal(scores, scores2[::-1])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_score_is_refused(bad: float) -> None:
+    from harness.models.base import BaseRecommender
+
+    class Broken(BaseRecommender):
+        def _score(self, user_codes: np.ndarray) -> np.ndarray:
+            out = np.full((user_codes.size, self.item_ids_.size), 1.7e308)  # sum overflows
+            out[user_codes == 2, -1] = bad  # user 3 (code 2) only
+            return out
+
+    train = pd.DataFrame({"user": [1, 1, 2, 3], "item": [5, 6, 6, 7]})
+    model = Broken().fit(train)
+    assert model.recommend(np.array([1]), 2)[1].shape == (1, 2)  # user 1's scores are finite
+    with pytest.raises(ValueError, match="non-finite scores"):
+        model.recommend(np.array([1, 2, 3]), 2)
