@@ -146,15 +146,34 @@ def segment_data(train: pd.DataFrame, test_users: np.ndarray, spec: CompareSpec)
             "heavy": activity.index[activity >= max(heavy_min, 1)].to_numpy(),
         },
         item_bucket=pd.Series(bucket, index=ranked),
-        definitions={
-            "cold": f"users with <= {spec.cold_max_events} training events",
-            "heavy": f"users with >= {heavy_min:g} training events "
-            f"(the {spec.heavy_quantile:g} quantile)",
-            "items:head": f"test items among the {spec.head_share:.0%} most popular training items",
-            "items:tail": f"test items among the {spec.tail_share:.0%} least popular",
-            "items:mid": "the other test items (and items unseen in training: tail)",
-        },
+        definitions=segment_definitions(spec, heavy_min),
     )
+
+
+def segment_definitions(spec: CompareSpec, heavy_min: float) -> dict[str, str]:
+    """What each segment holds, in words (the report's and MLflow's segment notes)."""
+    return {
+        "cold": f"users with <= {spec.cold_max_events} training events",
+        "heavy": f"users with >= {heavy_min:g} training events "
+        f"(the {spec.heavy_quantile:g} quantile)",
+        "items:head": f"test items among the {spec.head_share:.0%} most popular training items",
+        "items:tail": f"test items among the {spec.tail_share:.0%} least popular",
+        "items:mid": "the other test items (and items unseen in training: tail)",
+    }
+
+
+def comparison_table(rows: Sequence[Mapping[str, Any]], spec: CompareSpec) -> pd.DataFrame:
+    """The comparison's rows as a table, p-values adjusted (``spec.correction``) within each
+    segment over its per-user metrics."""
+    table = pd.DataFrame(rows)
+    if not table.empty:
+        table["p_adjusted"] = np.nan
+        per_user = table["kind"] == "per-user"
+        for _, idx in table[per_user].groupby("segment").groups.items():
+            table.loc[idx, "p_adjusted"] = stats.adjust(
+                table.loc[idx, "p_randomization"].to_numpy(), spec.correction
+            )
+    return table
 
 
 def _rows(
@@ -256,14 +275,7 @@ def compare_pair(
             )
             for bucket, (pa, pb) in buckets.items():
                 rows += _rows(pa, pb, ranked, f"items:{bucket}", spec, None)
-    table = pd.DataFrame(rows)
-    if not table.empty:
-        table["p_adjusted"] = np.nan
-        per_user = table["kind"] == "per-user"
-        for _, idx in table[per_user].groupby("segment").groups.items():
-            table.loc[idx, "p_adjusted"] = stats.adjust(
-                table.loc[idx, "p_randomization"].to_numpy(), spec.correction
-            )
+    table = comparison_table(rows, spec)
     differences = {n: (b[n] - a[n]).dropna() for n in names if b[n].notna().any()}
     if spec.gsb_metric not in names:
         notes.append(f"GSB metric {spec.gsb_metric!r} is not in the compared metrics")

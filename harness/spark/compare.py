@@ -33,7 +33,13 @@ import numpy as np
 import pandas as pd
 
 import metrics
-from harness.compare import CompareSpec, PairComparison, compared_metrics
+from harness.compare import (
+    CompareSpec,
+    PairComparison,
+    compared_metrics,
+    comparison_table,
+    segment_definitions,
+)
 from metrics import stats
 from metrics.checks import require_columns
 
@@ -129,14 +135,7 @@ def segments_spark(train: DataFrame, test_users: DataFrame, spec: CompareSpec) -
         else sf.when(pos < n_head, "head").otherwise("mid")
     )
     item_bucket = popularity.select("item", bucket.alias("bucket"))
-    definitions = {
-        "cold": f"users with <= {spec.cold_max_events} training events",
-        "heavy": f"users with >= {heavy_min:g} training events "
-        f"(the {spec.heavy_quantile:g} quantile)",
-        "items:head": f"test items among the {spec.head_share:.0%} most popular training items",
-        "items:tail": f"test items among the {spec.tail_share:.0%} least popular",
-        "items:mid": "the other test items (and items unseen in training: tail)",
-    }
+    definitions = segment_definitions(spec, heavy_min)
     return SparkSegments(users, ("cold", "heavy"), definitions, item_bucket)
 
 
@@ -483,14 +482,7 @@ def compare_spark(
                 )
     finally:
         rows.unpersist()
-    table = pd.DataFrame(table_rows)
-    if not table.empty:  # harness.compare.compare_pair: Holm / BH within each segment
-        table["p_adjusted"] = np.nan
-        per_user = table["kind"] == "per-user"
-        for _, idx in table[per_user].groupby("segment").groups.items():
-            table.loc[idx, "p_adjusted"] = stats.adjust(
-                table.loc[idx, "p_randomization"].to_numpy(), spec.correction
-            )
+    table = comparison_table(table_rows, spec)
     notes: list[str] = []
     if spec.gsb_metric not in names:
         notes.append(f"GSB metric {spec.gsb_metric!r} is not in the compared metrics")
