@@ -215,9 +215,9 @@ class SparkEngine:
     batch_users: int = 4096
     shuffle_partitions: int = 8
     buckets: int = 16
-    tables: Optional[str] = None
+    tables: Optional[str] = None  # noqa: UP045
     driver_rows: int = 2_000_000
-    fit_sample: Optional[float] = None
+    fit_sample: Optional[float] = None  # noqa: UP045
 
 
 @dataclass
