@@ -43,7 +43,7 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from harness.data import ITEM, USER
-from metrics.checks import require_columns, require_int, require_positive
+from metrics.checks import require_columns, require_int
 from metrics.scores import AucCounts, matrix_auc_counts, pooled_wins2
 
 __all__ = [
@@ -475,10 +475,6 @@ def _all_finite(block: np.ndarray) -> bool:
     with np.errstate(over="ignore", invalid="ignore"):
         total = block.sum()
     return bool(np.isfinite(total)) or bool(np.isfinite(block.max()) and np.isfinite(block.min()))
-
-
-# the model parameters' checks, shared with the rest (metrics.checks)
-_positive_float, _positive_int = require_positive, require_int
 
 
 def _id_array(uniques: pd.Index | np.ndarray) -> np.ndarray:

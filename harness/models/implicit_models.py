@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from harness.models.base import BaseRecommender, _positive_float, _positive_int
+from harness.models.base import BaseRecommender
+from metrics.checks import require_int, require_positive
 
 __all__ = [
     "ImplicitALS",
@@ -139,10 +140,10 @@ class ImplicitALS(_ImplicitFactors):
             batch_size=batch_size,
             progress=progress,
         )
-        self.factors = _positive_int("factors", factors)
-        self.iterations = _positive_int("iterations", iterations)
-        self.regularization = _positive_float("regularization", regularization)
-        self.alpha = _positive_float("alpha", alpha)
+        self.factors = require_int("factors", factors)
+        self.iterations = require_int("iterations", iterations)
+        self.regularization = require_positive("regularization", regularization)
+        self.alpha = require_positive("alpha", alpha)
 
     def _estimator(self) -> Any:
         from implicit.cpu.als import AlternatingLeastSquares
@@ -181,10 +182,10 @@ class ImplicitBPR(_ImplicitFactors):
             batch_size=batch_size,
             progress=progress,
         )
-        self.factors = _positive_int("factors", factors)
-        self.iterations = _positive_int("iterations", iterations)
-        self.learning_rate = _positive_float("learning_rate", learning_rate)
-        self.regularization = _positive_float("regularization", regularization, zero=True)
+        self.factors = require_int("factors", factors)
+        self.iterations = require_int("iterations", iterations)
+        self.learning_rate = require_positive("learning_rate", learning_rate)
+        self.regularization = require_positive("regularization", regularization, zero=True)
 
     def _estimator(self) -> Any:
         from implicit.cpu.bpr import BayesianPersonalizedRanking
@@ -224,11 +225,11 @@ class ImplicitLMF(_ImplicitFactors):
             batch_size=batch_size,
             progress=progress,
         )
-        self.factors = _positive_int("factors", factors)
-        self.iterations = _positive_int("iterations", iterations)
-        self.neg_prop = _positive_int("neg_prop", neg_prop)
-        self.learning_rate = _positive_float("learning_rate", learning_rate)
-        self.regularization = _positive_float("regularization", regularization, zero=True)
+        self.factors = require_int("factors", factors)
+        self.iterations = require_int("iterations", iterations)
+        self.neg_prop = require_int("neg_prop", neg_prop)
+        self.learning_rate = require_positive("learning_rate", learning_rate)
+        self.regularization = require_positive("regularization", regularization, zero=True)
 
     def _estimator(self) -> Any:
         from implicit.cpu.lmf import LogisticMatrixFactorization
@@ -265,7 +266,7 @@ class _ImplicitItemItem(_Implicit):
             batch_size=batch_size,
             progress=progress,
         )
-        self.k_neighbors = _positive_int("k_neighbors", k_neighbors)
+        self.k_neighbors = require_int("k_neighbors", k_neighbors)
 
     def _fitted(self, estimator: Any) -> None:
         similarity = sp.csr_matrix(estimator.similarity, dtype=np.float64)
@@ -317,7 +318,7 @@ class ImplicitBM25(_ImplicitItemItem):
             batch_size=batch_size,
             progress=progress,
         )
-        self.k1 = _positive_float("k1", k1, zero=True)
+        self.k1 = require_positive("k1", k1, zero=True)
         if not isinstance(b, int | float | np.number) or isinstance(b, bool) or not 0.0 <= b <= 1:
             raise ValueError(f"'b' must be in [0, 1] (got {b!r})")
         self.b = float(b)

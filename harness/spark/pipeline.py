@@ -66,10 +66,6 @@ __all__ = [
     "split_spark",
 ]
 
-#: The dataset keys ``engine=spark`` reads; others must keep their defaults.
-_FILE_DEFAULTS = {"timestamp_format": None}
-
-
 @dataclass
 class SparkTables:
     """What a Spark run keeps in Spark: the split parts, the truth (user, item, relevance), and
@@ -110,16 +106,6 @@ def load_spark(
         return _frame(spark, dataset.frame, "dataset").cache(), dataset
     if kind != "file":
         raise DataError(f"engine=spark reads dataset=file or dataset=synthetic (got {kind!r})")
-    for key, default in _FILE_DEFAULTS.items():
-        if spec.get(key, default) != default:
-            raise DataError(f"engine=spark does not support dataset.{key} (got {spec[key]!r})")
-    renamed = {k: v for k, v in (spec.get("columns") or {}).items() if v not in (None, k)}
-    if renamed:
-        key, value = next(iter(renamed.items()))
-        raise DataError(
-            f"engine=spark reads columns named user, item, timestamp[, rating] "
-            f"(got dataset.columns.{key}={value!r}); rename them in the file"
-        )
     from harness.spark.io import read_interactions
 
     path = str(spec["path"])
@@ -129,6 +115,10 @@ def load_spark(
         path,
         fmt=spec.get("format"),
         rating_range=None if rating_range is None else (rating_range[0], rating_range[1]),
+        # the in-process loader's options (harness.datasets): a null column is not in the file
+        columns={k: v for k, v in (spec.get("columns") or {}).items() if v is not None},
+        duplicates=spec.get("duplicates", "error"),
+        timestamp_format=spec.get("timestamp_format"),
     ).cache()
     name = str(spec.get("name", kind))
     return df, _dataset_of(df, name, path, spec, driver_rows)

@@ -140,3 +140,39 @@ def test_large_tables_stay_off_the_driver(spark: Any, tmp_path: Path) -> None:
     assert big.keys() == small.keys()
     for name in big:
         assert np.isclose(big[name], small[name], atol=TOL, rtol=0, equal_nan=True)
+
+
+def test_file_options_reach_the_spark_reader(spark: Any, tmp_path: Path) -> None:
+    """Renamed columns, a duplicates policy and a timestamp format: ``engine=spark`` loads the
+    same events as the in-process loader (they were refused, and duplicates failed, before)."""
+    from harness.datasets import load_dataset
+    from harness.spark.pipeline import load_spark
+
+    path = tmp_path / "events.csv"
+    pd.DataFrame(
+        {
+            "customer": ["a", "a", "b", "b", "c", "c"],
+            "sku": ["x", "x", "y", "x", "y", "z"],
+            "when": ["03/01/2024", "03/01/2024", "04/01/2024", "05/01/2024", "06/01/2024",
+                     "07/01/2024"],
+            "stars": [1.0, 5.0, 3.0, 4.0, 2.0, 5.0],
+        }
+    ).to_csv(path, index=False)  # fmt: skip
+    spec = {
+        "kind": "file",
+        "name": "shop",
+        "path": str(path),
+        "columns": {"user": "customer", "item": "sku", "timestamp": "when", "rating": "stars"},
+        "duplicates": "keep_last",
+        "timestamp_format": "%d/%m/%Y",
+    }
+    expected = load_dataset(dict(spec)).frame
+    df, _ = load_spark(spark, spec, driver_rows=0)
+    got = df.toPandas()
+    order = ["user", "item", "timestamp"]
+    expected = expected.sort_values(order).reset_index(drop=True)
+    got = got[list(expected.columns)].sort_values(order).reset_index(drop=True)
+    assert len(got) == 5  # the repeated (a, x, 3 Jan) event kept once, its last rating
+    assert got["rating"].tolist() == expected["rating"].tolist()
+    assert got[order].astype(str).equals(expected[order].astype(str))
+    assert got["timestamp"].tolist() == expected["timestamp"].tolist()
