@@ -54,9 +54,10 @@ def bars_on(progress: bool) -> bool:
 
 
 def peak_mb() -> float:
-    """The process's peak resident memory so far, in MB (``ru_maxrss`` is KiB on Linux)."""
+    """The process's peak resident memory so far, in MB to 0.1 (``ru_maxrss`` is KiB on Linux).
+    Rounded here, once, so every row and the total of the stage table agree when printed."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+    return round(rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024, 1)
 
 
 @dataclass
