@@ -63,6 +63,7 @@ from harness.record import job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
 from harness.schema import config_error, one_line_config_errors, register
 from harness.spark.pipeline import (
+    build_candidates_spark,
     compare_result_spark,
     load_spark,
     run_models_spark,
@@ -357,8 +358,6 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     spark_split: Any = None
     engine = cfg.get("engine") or {}
     driver_rows = int(engine.get("driver_rows") or 2_000_000)
-    if spark is not None and cand_spec.kind != "full":
-        raise ValueError(f"engine=spark ranks the full catalog (got candidates={cand_spec.kind})")
     with stages.stage("load", "loading the dataset"):
         if spark is None:
             dataset = load_dataset(_plain(cfg.dataset))
@@ -386,7 +385,10 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         (folder / "tuning.json").write_text(json.dumps(tuning, indent=2, default=str))
     checkpoint("candidates", folder)
     with stages.stage("candidates", f"building the candidates ({cand_spec.kind})"):
-        candidates, cand_stats = build_candidates(cand_spec, split, runs_dir / "splits" / key)
+        if spark is None:
+            candidates, cand_stats = build_candidates(cand_spec, split, runs_dir / "splits" / key)
+        else:  # built and kept in Spark
+            candidates, cand_stats = build_candidates_spark(cand_spec, spark_split)
     if cand_spec.kind == "sampled":
         print(f"WARNING: {SAMPLED_WARNING}", file=sys.stderr)
     checkpoint("models", folder)
@@ -414,6 +416,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
                 models,
                 suite,
                 folder,
+                candidates=candidates,
                 load_errors=load_errors,
                 buckets=engine.get("buckets"),
                 batch_users=int(engine.get("batch_users") or 4096),

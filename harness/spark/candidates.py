@@ -1,4 +1,8 @@
-"""Sampled candidates on Spark: the rows of :func:`harness.candidates.sample_negatives`.
+"""Candidate sets on Spark: the rows of :func:`harness.candidates.build_candidates`.
+
+:func:`build_candidates_spark` gives ``candidates=sampled`` (:func:`sample_negatives_spark`) and
+``candidates=file`` (:func:`read_candidates_spark`: any Spark path, the in-process checks and
+one-line errors) as a Spark DataFrame of (user, item) rows, with the in-process stats.
 
 Both engines draw with the same counter-based sampler (:func:`harness.candidates.draw_positions`,
 run here in the Python workers by a ``pandas_udf``), the same rounds and the same integer
@@ -13,11 +17,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from harness.candidates import MAX_BOOST, MAX_ROUNDS, catalog_weights
+from harness.candidates import MAX_BOOST, MAX_ROUNDS, CandidateSpec, catalog_weights
 from metrics.checks import require_choice, require_int
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from harness.spark.split import SparkSplit
+
+__all__ = ["build_candidates_spark", "read_candidates_spark", "sample_negatives_spark"]
 
 
 def _one(df: DataFrame) -> Any:
@@ -161,3 +169,145 @@ def sample_negatives_spark(
         .select("user", "item")
     )
     return test.select("user", "item").distinct().unionByName(negatives)
+
+
+# ------------------------------------------------------------------------------ the candidates
+
+
+def build_candidates_spark(
+    spec: CandidateSpec, sp: SparkSplit
+) -> tuple[DataFrame | None, dict[str, Any]]:
+    """:func:`harness.candidates.build_candidates` on Spark: the (user, item) candidate rows of
+    ``spec`` as a persisted Spark DataFrame (None for ``full``) and the same stats, from one
+    aggregate job."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as sf
+
+    from harness.errors import DataError
+
+    if spec.kind == "full":
+        return None, {"candidates.kind": "full"}
+    if spec.kind == "file":
+        if not spec.path:
+            raise DataError("candidates=file needs candidates.path=<csv or parquet of user,item>")
+        frame = read_candidates_spark(sp.train.sparkSession, spec.path, sp.train, sp.test)
+    else:
+        frame = sample_negatives_spark(
+            sp.train, sp.test, spec.n_negatives, spec.sampling, spec.seed
+        )
+    frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    row = _one(frame.agg(sf.count(sf.lit(1)).alias("n"), sf.countDistinct("user").alias("u")))
+    rows, users = int(row["n"]), int(row["u"])
+    stats: dict[str, Any] = {
+        "candidates.kind": spec.kind,
+        "candidates.rows": rows,
+        "candidates.users": users,
+        "candidates.per_user_mean": float(rows / max(users, 1)),
+    }
+    if spec.kind == "sampled":
+        stats |= {
+            "candidates.n_negatives": spec.n_negatives,
+            "candidates.sampling": spec.sampling,
+            "candidates.seed": spec.seed,
+        }
+    return frame, stats
+
+
+def _local_missing(path: str) -> bool:
+    """True for a local path (no ``scheme://``) that does not exist."""
+    from pathlib import Path
+
+    return "://" not in path and not Path(path.removeprefix("file:")).exists()
+
+
+def read_candidates_spark(
+    spark: SparkSession, path: str, train: DataFrame, test: DataFrame
+) -> DataFrame:
+    """The distinct (user, item) rows of a candidates file (Parquet for ``.parquet``/``.pq``,
+    else CSV with a header) from any Spark path, checked as :func:`harness.candidates` checks
+    it, with its one-line errors (no row numbers): missing file or column, no rows, missing
+    ids, one id type per column (integral text becomes long), ids of the interactions' type."""
+    from pyspark.sql import functions as sf
+    from pyspark.sql import types as st
+
+    from harness.errors import DataError
+    from harness.spark.io import _INTEGRAL, _id_kind, _is_integer_type, _near_duplicates
+
+    if _local_missing(path):
+        raise DataError(f"{path}: candidate file not found")
+    parquet = path.lower().rstrip("/").endswith((".parquet", ".pq"))
+    try:
+        reader = spark.read
+        df = (
+            reader.parquet(path)
+            if parquet
+            else reader.option("header", True).option("mode", "FAILFAST").csv(path)
+        )
+        columns = [str(c) for c in df.columns]
+    except Exception as exc:  # Spark's AnalysisException: a missing path or an unreadable file
+        text = str(exc).strip()
+        if "PATH_NOT_FOUND" in text or "does not exist" in text:
+            raise DataError(f"{path}: candidate file not found") from None
+        first = (text.splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{path}: cannot read the candidates file: {first}") from None
+    missing = [c for c in ("user", "item") if c not in columns]
+    if missing:
+        raise DataError(f"{path}: column {missing[0]!r} is missing (found {columns})")
+    df = df.select("user", "item")
+    typed: dict[str, Any] = {}
+    text_checks: dict[str, Any] = {}
+    for name in ("user", "item"):
+        dtype = df.schema[name].dataType
+        col = sf.col(name)
+        if isinstance(dtype, st.StringType):
+            t = sf.trim(col)
+            as_int = sf.regexp_replace(t, r"\.0+$", "").try_cast("bigint")
+            text_checks[name] = ~t.rlike(_INTEGRAL) | as_int.isNull()
+            typed[name] = (t, as_int)
+        elif _is_integer_type(dtype):
+            typed[name] = (col.cast("bigint"), None)
+        elif isinstance(dtype, st.FloatType | st.DoubleType | st.DecimalType):
+            v = col.cast("double")
+            integral = ~sf.isnan(v) & (sf.abs(v) != float("inf")) & (v == sf.floor(v))
+            text_checks[name] = ~integral
+            typed[name] = (col.cast("string"), v.cast("bigint"))
+        else:
+            raise DataError(
+                f"{path}: column '{name}' holds {dtype.simpleString()} values; "
+                "ids must be integers or text"
+            )
+    null = sf.lit(False)
+    for name in ("user", "item"):
+        c = sf.col(name)
+        is_float = isinstance(df.schema[name].dataType, st.FloatType | st.DoubleType)
+        null = null | c.isNull() | (sf.isnan(c) if is_float else sf.lit(False))
+    aggs = [sf.count(sf.lit(1)).alias("n"), sf.count(sf.when(null, 1)).alias("nulls")]
+    aggs += [sf.count(sf.when(bad, 1)).alias(f"text_{n}") for n, bad in text_checks.items()]
+    row = _one(df.agg(*aggs))
+    if int(row["n"]) == 0:
+        raise DataError(f"{path}: the candidates file has no rows")
+    if int(row["nulls"]):
+        raise DataError(f"{path}: column 'user' or 'item' has missing ids")
+    ids: dict[str, Any] = {}
+    for name in ("user", "item"):
+        as_text, as_int = typed[name]
+        if name in text_checks and int(row[f"text_{name}"]):
+            if isinstance(df.schema[name].dataType, st.StringType):
+                _near_duplicates(df, name, path, f"'{name}'", "")
+            ids[name] = (as_text, "string")
+        else:
+            ids[name] = (as_int if as_int is not None else as_text, "bigint")
+    for name, part in (("user", test), ("item", train)):
+        column, kind = ids[name]
+        want = _id_kind(part, name)
+        if kind == want:
+            continue
+        if want == "string":  # integer ids compared with text ids as their text
+            ids[name] = (column.cast("string"), want)
+            continue
+        example = _one(df.select(column.alias("v")).limit(1))["v"]
+        raise DataError(
+            f"{path}: column '{name}' holds text ids but the interactions have integer ids, "
+            f"e.g. {example!r}"
+        )
+    return df.select(ids["user"][0].alias("user"), ids["item"][0].alias("item")).distinct()

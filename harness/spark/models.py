@@ -18,6 +18,13 @@ training items of a user excluded where the in-process model excludes them, no p
   fitted model is broadcast and each partition calls its batched ``recommend``. The model's own
   order is the ranking (as in-process, where the harness scores a list by its rank).
 
+Given candidates (``candidates=sampled`` or ``file``: (user, item) rows), the ``*_candidates``
+functions score each user's candidates instead, as the in-process ``score_items`` does: no
+seen-item exclusion (the candidate set is the caller's choice), and a candidate the model cannot
+score (an item absent from training; for precomputed scores a pair not in the file; for ALS a
+user or item absent from training) is left out, returning ``(user, item, score)`` rows of the
+scored candidates only. :func:`plugin_ratings` gives a plug-in's ``predict_ratings`` on Spark.
+
 What reaches the driver: one aggregate row per check (precomputed), one number (ALS: the
 largest seen count), and for plug-ins the training rows they are fitted on.
 """
@@ -42,10 +49,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SparkALS",
+    "als_candidates",
     "als_topk",
     "fit_plugin",
+    "plugin_candidates",
+    "plugin_ratings",
     "plugin_topk",
+    "popularity_candidates",
     "popularity_topk",
+    "precomputed_candidates",
     "precomputed_topk",
     "seen_pairs",
 ]
@@ -201,6 +213,31 @@ def precomputed_topk(
     return _lists(table, wanted, seen, k)
 
 
+def precomputed_candidates(
+    spark: SparkSession,
+    scores: Any,
+    train: DataFrame,
+    candidates: DataFrame,
+    *,
+    columns: dict[str, str] | None = None,
+    fmt: str | None = None,
+) -> DataFrame:
+    """The score table's score of each candidate (``PrecomputedScores.score_items``): a pair
+    not in the table is left out; ids compare as in :func:`precomputed_topk`."""
+    from pyspark.sql import functions as sf
+
+    kinds = (_id_kind(train, "user"), _id_kind(train, "item"))
+    table = _score_table(spark, scores, columns, fmt, kinds)
+    keyed = candidates.select(
+        "user",
+        "item",
+        sf.col("user").cast(table.schema["user"].dataType).alias("_u"),
+        sf.col("item").cast(table.schema["item"].dataType).alias("_i"),
+    )
+    found = table.select(sf.col("user").alias("_u"), sf.col("item").alias("_i"), "score")
+    return keyed.join(found, ["_u", "_i"]).select("user", "item", "score")
+
+
 # ------------------------------------------------------------------------------- popularity
 
 
@@ -231,6 +268,20 @@ def popularity_topk(
         sf.broadcast(ranked), sf.col("_pop_rank") <= sf.col("_seen") + sf.lit(int(k))
     ).select("user", "item", "score")
     return _lists(prefix, wanted, train if exclude_seen else None, k)
+
+
+def popularity_candidates(train: DataFrame, candidates: DataFrame) -> DataFrame:
+    """Each candidate's popularity (distinct training users of the item), as
+    ``PopularityModel.score_items``: the same score for every user, nothing excluded; an item
+    absent from training is left out."""
+    from pyspark.sql import functions as sf
+
+    popularity = (
+        seen_pairs(train).groupBy("item").agg(sf.count(sf.lit(1)).cast("double").alias("score"))
+    )
+    return (
+        candidates.select("user", "item").join(popularity, "item").select("user", "item", "score")
+    )
 
 
 # ---------------------------------------------------------------------------------- MLlib ALS
@@ -286,10 +337,49 @@ def als_topk(model: SparkALS, train: DataFrame, users: DataFrame, k: int) -> Dat
     among the requested users, capped by the catalog) so that ``k`` remain after excluding seen
     items. Users absent from training get no list (ALS has no factors for them).
     """
-    from pyspark.ml.recommendation import ALS
     from pyspark.sql import functions as sf
 
     require_int("k", k)
+    fitted, pairs, user_idx, item_idx = _als_fit(model, train)
+    wanted = users.select("user").distinct().join(user_idx, "user")
+    depth = k
+    if model.exclude_seen:
+        seen = pairs.join(wanted.select("user"), "user", "left_semi").groupBy("user").count()
+        most = seen.agg(sf.max("count")).first()
+        depth = k + int(most[0] or 0) if most is not None else k
+    n_items = item_idx.count()
+    recs = fitted.recommendForUserSubset(wanted.select("user_idx"), min(depth, n_items))
+    flat = recs.select("user_idx", sf.explode("recommendations").alias("r")).select(
+        "user_idx",
+        sf.col("r.item_idx").alias("item_idx"),
+        sf.col("r.rating").cast("double").alias("score"),
+    )
+    scores = flat.join(user_idx, "user_idx").join(item_idx, "item_idx")
+    return _lists(
+        scores.select("user", "item", "score"), wanted, train if model.exclude_seen else None, k
+    )
+
+
+def als_candidates(model: SparkALS, train: DataFrame, candidates: DataFrame) -> DataFrame:
+    """MLlib ALS fitted as in :func:`als_topk`; its predicted preference of each candidate
+    (``ALSModel.transform``), nothing excluded. A candidate whose user or item is absent from
+    training has no factors and is left out."""
+    from pyspark.sql import functions as sf
+
+    fitted, _, user_idx, item_idx = _als_fit(model, train)
+    indexed = candidates.select("user", "item").join(user_idx, "user").join(item_idx, "item")
+    predicted = fitted.transform(indexed)
+    return predicted.select(
+        "user", "item", sf.col("prediction").cast("double").alias("score")
+    ).filter(~sf.isnan("score"))
+
+
+def _als_fit(model: SparkALS, train: DataFrame) -> tuple[Any, DataFrame, DataFrame, DataFrame]:
+    """MLlib ALS fitted on the distinct training pairs: (fitted model, the pairs, the user and
+    item id maps)."""
+    from pyspark.ml.recommendation import ALS
+    from pyspark.sql import functions as sf
+
     pairs = seen_pairs(train).withColumn("rating", sf.lit(1.0)).cache()
     user_idx = _dense_ids(pairs, "user").cache()
     item_idx = _dense_ids(pairs, "item").cache()
@@ -310,24 +400,7 @@ def als_topk(model: SparkALS, train: DataFrame, users: DataFrame, k: int) -> Dat
         coldStartStrategy="drop",
         blockSize=model.block_size,
     )
-    fitted = als.fit(indexed)
-    wanted = users.select("user").distinct().join(user_idx, "user")
-    depth = k
-    if model.exclude_seen:
-        seen = pairs.join(wanted.select("user"), "user", "left_semi").groupBy("user").count()
-        most = seen.agg(sf.max("count")).first()
-        depth = k + int(most[0] or 0) if most is not None else k
-    n_items = item_idx.count()
-    recs = fitted.recommendForUserSubset(wanted.select("user_idx"), min(depth, n_items))
-    flat = recs.select("user_idx", sf.explode("recommendations").alias("r")).select(
-        "user_idx",
-        sf.col("r.item_idx").alias("item_idx"),
-        sf.col("r.rating").cast("double").alias("score"),
-    )
-    scores = flat.join(user_idx, "user_idx").join(item_idx, "item_idx")
-    return _lists(
-        scores.select("user", "item", "score"), wanted, train if model.exclude_seen else None, k
-    )
+    return als.fit(indexed), pairs, user_idx, item_idx
 
 
 # ----------------------------------------------------------------------------- plug-in models
@@ -398,3 +471,77 @@ def plugin_topk(
         return _recommend_partition(shared.value, k, batch_users, item_kind, frames)
 
     return users.select("user").distinct().mapInPandas(run, schema)
+
+
+def _score_group(model: Any, frame: pd.DataFrame) -> pd.DataFrame:
+    """``applyInPandas`` body: one group's candidates scored by the fitted model's
+    ``score_items`` (:func:`harness.experiment._candidate_run`: unscorable rows left out)."""
+    from harness.experiment import _candidate_run
+
+    cand = frame[["user", "item"]]
+    users = np.sort(pd.unique(cand["user"]))
+    run, _ = _candidate_run(model, cand, users)
+    return pd.DataFrame(
+        {
+            "user": run["user"].to_numpy(dtype=cand["user"].dtype),
+            "item": run["item"].to_numpy(dtype=cand["item"].dtype),
+            "score": run["score"].to_numpy(dtype=np.float64),
+        }
+    )
+
+
+def plugin_candidates(
+    spark: SparkSession,
+    model: Recommender,
+    candidates: DataFrame,
+    *,
+    batch_users: int = 4096,
+) -> DataFrame:
+    """Each candidate's score from a fitted harness ``Recommender`` (its ``score_items``, as
+    in-process): the model is broadcast once and the candidates are scored in groups of about
+    ``batch_users`` users (``applyInPandas``); rows it cannot score (NaN) are left out."""
+    from pyspark.sql import functions as sf
+
+    require_int("batch_users", batch_users)
+    if getattr(model, "score_items", None) is None:
+        raise TypeError(
+            f"{type(model).__name__} cannot score given candidates: it has no score_items method"
+        )
+    users = candidates.select("user").distinct().count()
+    groups = max(1, -(-users // batch_users))
+    shared = spark.sparkContext.broadcast(model)
+    kinds = (_id_kind(candidates, "user"), _id_kind(candidates, "item"))
+    schema = f"user {kinds[0]}, item {kinds[1]}, score double"
+
+    def run(frame: pd.DataFrame) -> pd.DataFrame:
+        return _score_group(shared.value, frame)
+
+    keyed = candidates.select(
+        "user", "item", sf.pmod(sf.xxhash64("user"), sf.lit(groups)).alias("_g")
+    )
+    return keyed.groupBy("_g").applyInPandas(run, schema)
+
+
+def _predict_partition(model: Any, frames: Any) -> Any:
+    """``mapInPandas`` body: the fitted model's ``predict_ratings`` of each (user, item) row."""
+    for frame in frames:
+        users, items = frame["user"].to_numpy(), frame["item"].to_numpy()
+        if users.dtype != np.int64:
+            users = users.astype(object)
+        if items.dtype != np.int64:
+            items = items.astype(object)
+        predicted = np.asarray(model.predict_ratings(users, items), dtype=np.float64)
+        yield frame.assign(score=predicted)
+
+
+def plugin_ratings(spark: SparkSession, model: Any, pairs: DataFrame) -> DataFrame:
+    """The fitted model's predicted rating of each (user, item, ...) row, as a ``score``
+    column added per partition (``mapInPandas``; the model broadcast once)."""
+    shared = spark.sparkContext.broadcast(model)
+    fields = [f"`{f.name}` {f.dataType.simpleString()}" for f in pairs.schema.fields]
+    schema = ", ".join([*fields, "score double"])
+
+    def run(frames: Any) -> Any:
+        return _predict_partition(shared.value, frames)
+
+    return pairs.mapInPandas(run, schema)

@@ -28,6 +28,7 @@ import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -47,6 +48,7 @@ from harness.experiment import (
     _needs_features,
     save,
 )
+from harness.spark.candidates import build_candidates_spark
 from harness.spark.io import _frame, _id_kind
 from harness.spark.session import _python_errors, _quiet
 from harness.split import Split
@@ -59,12 +61,15 @@ if TYPE_CHECKING:
 __all__ = [
     "SparkExperimentResult",
     "SparkTables",
+    "build_candidates_spark",
     "compare_result_spark",
     "load_spark",
+    "model_candidates",
     "model_lists",
     "run_models_spark",
     "split_spark",
 ]
+
 
 @dataclass
 class SparkTables:
@@ -261,6 +266,66 @@ def _uri(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts])
 
 
+def model_candidates(
+    spark: SparkSession,
+    model: Any,
+    train: DataFrame,
+    candidates: DataFrame,
+    *,
+    batch_users: int = 4096,
+    fit_sample: float | None = None,
+    seed: int = 0,
+) -> tuple[DataFrame, str]:
+    """Each candidate's score (user, item, score) from a model on Spark, as in-process
+    ``score_items`` gives it (no seen-item exclusion; unscorable candidates left out), and how
+    it was computed: popularity, precomputed scores and MLlib ALS natively; any other harness
+    model fitted on the driver and scored in groups of users (``applyInPandas``)."""
+    from harness.models import PopularityModel, PrecomputedScores
+    from harness.spark.models import (
+        SparkALS,
+        als_candidates,
+        fit_plugin,
+        plugin_candidates,
+        popularity_candidates,
+        precomputed_candidates,
+    )
+
+    if type(model) is PopularityModel:
+        return popularity_candidates(train, candidates), "spark"
+    if isinstance(model, SparkALS):
+        return als_candidates(model, train, candidates), "spark_mllib"
+    if type(model) is PrecomputedScores and model._kind() != "trec":
+        scored = precomputed_candidates(
+            spark,
+            model.path,
+            train,
+            candidates,
+            columns=dict(model.columns) or None,
+            fmt=model._kind(),
+        )
+        return scored, "spark"
+    fitted = fit_plugin(model, train, sample=fit_sample, seed=seed)
+    return plugin_candidates(spark, fitted, candidates, batch_users=batch_users), "plugin"
+
+
+def _scores_catalog_spark(model: Any) -> bool:
+    """True when the in-process run counts AUC over the whole catalog for this model
+    (:func:`harness.experiment._scores_catalog`); SparkALS ranks its top-k only."""
+    from harness.experiment import _scores_catalog
+    from harness.spark.models import SparkALS
+
+    return not isinstance(model, SparkALS) and _scores_catalog(model)
+
+
+def _rating_pairs(test: DataFrame) -> DataFrame:
+    """The test (user, item) pairs with their mean rating as ``relevance`` (the in-process
+    ``_rating_metrics`` truth)."""
+    from pyspark.sql import functions as sf
+
+    rating = sf.avg(sf.col("rating").cast("double")).alias("relevance")
+    return test.groupBy("user", "item").agg(rating)
+
+
 def run_models_spark(
     spark: SparkSession,
     dataset: Dataset,
@@ -271,6 +336,7 @@ def run_models_spark(
     suite: MetricSuite,
     folder: Path,
     *,
+    candidates: DataFrame | None = None,
     load_errors: Mapping[str, str] | None = None,
     buckets: int | None = None,
     batch_users: int = 4096,
@@ -285,25 +351,42 @@ def run_models_spark(
     column per metric) are written by Spark under ``tables_uri/<folder name>/<model>/`` (default:
     the results folder itself; set it to a shared ``s3a://`` / ``hdfs://`` location on a
     cluster) and recorded in ``outcome.info`` (``topk_uri``, ``per_user_uri``: MLflow tags of the
-    model's run). Lists are ranked as in-process (the model's order; metrics score by rank).
-    Score metrics (AUC family) and rating metrics (RMSE/MAE) are not computed on Spark yet:
-    NaN, with a note. Driver copies: see the module docstring.
+    model's run). Driver copies: see the module docstring.
+
+    As in-process (:func:`harness.experiment._evaluate`): over the full catalog, lists are
+    ranked by the model's order (metrics score by rank) and score metrics (AUC family) are
+    computed over each user's top-k list and its scores when the model does not score the whole
+    catalog (``auc_scope=topk``, with the in-process note); with ``candidates`` (user, item),
+    each test user's candidates are scored (``candidate_scores.parquet``; unscorable ones left
+    out and counted in ``candidates_unscored``), the top-k is the best-scored candidates (ties
+    by item id) and every ranking and score metric is computed from those scores
+    (``auc_scope=candidates``). Rating metrics (RMSE/MAE) come from a plug-in's
+    ``predict_ratings`` on the test pairs (mean rating per pair), else NaN with the in-process
+    note. Still NaN on Spark, with a note: score metrics of a model that counts them over the
+    whole catalog in-process (popularity, plug-ins built on ``_score``) without candidates.
     """
+    from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
-    from harness.spark.metrics import evaluate_spark
+    from harness.spark.topk import topk_spark
 
     base = tables_uri.rstrip("/") + "/" + folder.name if tables_uri else str(folder.resolve())
     qrels = _qrels_spark(sp.test, suite).cache()
     users = qrels.select("user").distinct().cache()
     n_users = users.count()
     kinds = {m: metrics.parse(m).definition.kind for m in suite.names}
-    skipped = {n for n, kind in kinds.items() if kind in ("score", "rating")}
-    skipped |= _needs_features(suite, dataset)
-    asked = [n for n in suite.names if n not in skipped] or ["num_rel"]
+    rating = [n for n in suite.names if kinds[n] == "rating"]
+    score_names = [n for n in suite.names if kinds[n] == "score"]
+    no_features = _needs_features(suite, dataset)
     side = dataset.side_inputs()
     catalog = int(sp.stats.get("n_input_items") or events.select("item").distinct().count())
     tables = SparkTables(sp.train, sp.test, qrels, base)
+    opts = suite.evaluate_options()
+    mine = None  # the candidates of the evaluated users (in-process: the qrels users)
+    n_cand = 0
+    if candidates is not None:
+        mine = candidates.join(users, "user", "left_semi").persist(StorageLevel.MEMORY_AND_DISK)
+        n_cand = mine.count()
     outcomes: dict[str, ModelOutcome] = {
         name: ModelOutcome(name, error=error) for name, error in (load_errors or {}).items()
     }
@@ -314,51 +397,108 @@ def run_models_spark(
         try:
             t0 = time.perf_counter()
             with _python_errors(), _quiet():
-                lists, how = model_lists(
-                    spark,
-                    model,
-                    sp.train,
-                    users,
-                    suite.k,
-                    batch_users=batch_users,
-                    fit_sample=fit_sample,
-                    seed=seed,
-                )
+                if mine is None:
+                    lists, how = model_lists(
+                        spark,
+                        model,
+                        sp.train,
+                        users,
+                        suite.k,
+                        batch_users=batch_users,
+                        fit_sample=fit_sample,
+                        seed=seed,
+                    )
+                else:
+                    scored_uri = _uri(base, name, "candidate_scores.parquet")
+                    scored, how = model_candidates(
+                        spark,
+                        model,
+                        sp.train,
+                        mine,
+                        batch_users=batch_users,
+                        fit_sample=fit_sample,
+                        seed=seed,
+                    )
+                    # in-process order: by user, then item (metrics' input-order ties)
+                    scored.orderBy("user", "item").write.mode("overwrite").parquet(scored_uri)
+                    scored = spark.read.parquet(scored_uri)
+                    lists = topk_spark(scored, suite.k, "item_asc")
+                    outcome.info["candidates_unscored"] = n_cand - scored.count()
+                    outcome.info["scores_uri"] = scored_uri
                 ranked = lists.select(
                     "user", sf.col("rank").cast("bigint").alias("rank"), "item", "score"
                 )
                 ranked.write.mode("overwrite").parquet(topk_uri)
             lists = spark.read.parquet(topk_uri)
             t1 = time.perf_counter()
-            run = lists.select("user", "item", (-sf.col("rank")).cast("double").alias("score"))
-            ev = evaluate_spark(
-                qrels,
-                run,
-                asked,
-                spark=spark,
-                buckets=buckets,
-                train=sp.train,
-                catalog=catalog,
-                per_user_path=per_user_uri,
-                collect_per_user=False,
-                **side,
-                **suite.evaluate_options(),
-            )
+            ranking = [n for n in suite.names if n not in rating and n not in no_features]
+            parts: list[tuple[str, list[str]]] = []  # per-user tables to join: (uri, names)
+
+            where = _uri(base, name, "parts")
+            evaluate = partial(_evaluate_part, spark, where, parts, buckets, opts)
+            notes: list[str] = []
+            by_score: metrics.Evaluation | None = None
+            not_on_spark: list[str] = []
+            if mine is None:
+                run = lists.select("user", "item", (-sf.col("rank")).cast("double").alias("score"))
+                asked = [n for n in ranking if n not in score_names] or ["num_rel"]
+                if score_names and _scores_catalog_spark(model):
+                    not_on_spark = score_names
+                elif score_names:
+                    outcome.info["auc_scope"] = "topk"
+                    notes.append(
+                        f"{', '.join(score_names)} over each user's top-{suite.k} list only: "
+                        f"{type(model).__name__} does not score the whole catalog (a user whose "
+                        "list is all hits or has none gets NaN)"
+                    )
+            else:
+                run = scored.select("user", "item", "score")
+                asked = ranking or ["num_rel"]
+                if score_names:
+                    outcome.info["auc_scope"] = "candidates"
+            ev = evaluate(qrels, run, asked, "ranking", train=sp.train, catalog=catalog, **side)
+            summary = {n: ev.summary[n] for n in asked if n in suite.names}
+            counts = dict(ev.counts)
+            if outcome.info.get("auc_scope") == "topk":
+                by_score = evaluate(
+                    qrels, lists.select("user", "item", "score"), score_names, "scores"
+                )
+                summary |= by_score.summary
+                counts["auc_undefined_users"] = by_score.counts["auc_undefined_users"]
+            if rating:
+                rated, note = _rating_spark(spark, model, sp.test, rating, evaluate)
+                if note:
+                    notes.append(note)
+                if rated is not None:
+                    summary |= rated.summary
+                    counts |= rated.counts
+            if len(parts) == 1:
+                spark.read.parquet(parts[0][0]).write.mode("overwrite").parquet(per_user_uri)
+            else:
+                _join_parts(spark, parts).write.mode("overwrite").parquet(per_user_uri)
             per_user = spark.read.parquet(per_user_uri)
             outcome.seconds |= {"rank": t1 - t0, "metrics": time.perf_counter() - t1}
             outcome.info |= {"engine": how, "topk_uri": topk_uri, "per_user_uri": per_user_uri}
             small = n_users * suite.k <= driver_rows  # bounds the lists' and per-user rows
-            outcome.evaluation = _evaluation(ev, per_user, suite, skipped, small)
+            full = {n: summary.get(n, float("nan")) for n in suite.names}
+            outcome.evaluation = _evaluation(full, counts, ev.options, per_user, suite, small)
             if small:
                 with _quiet():
                     outcome.recommendations = _recs_copy(lists)
             tables.lists[name] = lists
             tables.per_user[name] = per_user
             tables.uris[name] = {"topk": topk_uri, "per_user": per_user_uri}
-            if skipped & set(suite.names):
+            outcome.notes += notes
+            if not_on_spark:
                 outcome.notes.append(
-                    f"{', '.join(n for n in suite.names if n in skipped)} not computed on "
-                    "engine=spark (score and rating metrics, or item categories missing): NaN"
+                    f"{', '.join(not_on_spark)} not computed on engine=spark: "
+                    f"{type(model).__name__} counts them over the whole catalog in-process "
+                    "(use candidates=sampled or candidates=file on Spark): NaN"
+                )
+            if no_features:
+                outcome.notes.append(
+                    f"{', '.join(n for n in suite.names if n in no_features)} skipped: the "
+                    "dataset has no item categories (set dataset.item_features)"
                 )
         except Exception as err:
             outcome.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
@@ -367,30 +507,104 @@ def run_models_spark(
         outcome.info |= _model_info(model)
         outcomes[name] = outcome
         stage_log.stages.add_model(name, outcome.seconds)
-    options = metrics.resolve_options(**suite.evaluate_options()).as_dict()
+    if mine is not None:
+        mine.unpersist()
+    options = metrics.resolve_options(**opts).as_dict()
     result = SparkExperimentResult(dataset, split, suite, outcomes, folder, options, tables=tables)
     save(result)
     return result
 
 
+def _evaluate_part(
+    spark: SparkSession,
+    where: str,
+    parts: list[tuple[str, list[str]]],
+    buckets: int | None,
+    options: dict[str, Any],
+    truth: DataFrame,
+    run: DataFrame,
+    names: list[str],
+    part: str,
+    **kw: Any,
+) -> metrics.Evaluation:
+    """:func:`harness.spark.evaluate_spark` of one part of a model's metrics, its per-user
+    table written as ``where/<part>.parquet`` and recorded in ``parts``."""
+    from harness.spark.metrics import evaluate_spark
+
+    uri = _uri(where, f"{part}.parquet")
+    parts.append((uri, names))
+    return evaluate_spark(
+        truth,
+        run,
+        names,
+        spark=spark,
+        buckets=buckets,
+        per_user_path=uri,
+        collect_per_user=False,
+        **kw,
+        **options,
+    )
+
+
+def _rating_spark(
+    spark: SparkSession,
+    model: Any,
+    test: DataFrame,
+    names: list[str],
+    evaluate: Any,
+) -> tuple[metrics.Evaluation | None, str | None]:
+    """RMSE/MAE of a (fitted) model's predicted ratings on the test pairs, or why they are
+    skipped: :func:`harness.experiment._rating_metrics` with the pairs and predictions in
+    Spark (:func:`harness.spark.models.plugin_ratings`)."""
+    from pyspark import StorageLevel
+
+    from harness.spark.models import plugin_ratings
+
+    if getattr(model, "predict_ratings", None) is None:
+        return None, f"{', '.join(names)} skipped: {type(model).__name__} does not predict ratings"
+    if "rating" not in test.columns:
+        return None, f"{', '.join(names)} skipped: the test data has no ratings"
+    pairs = _rating_pairs(test)
+    # in-process order: pairs sorted by user, then item (the summation order of a user's errors)
+    rated = plugin_ratings(spark, model, pairs).orderBy("user", "item")
+    rated = rated.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        truth = rated.select("user", "item", "relevance")
+        return evaluate(truth, rated.select("user", "item", "score"), names, "ratings"), None
+    finally:
+        rated.unpersist()
+
+
+def _join_parts(spark: SparkSession, parts: list[tuple[str, list[str]]]) -> DataFrame:
+    """The first per-user table with the others' columns joined by user (left: the in-process
+    ``per_user.join(..., how="left")``)."""
+    first_uri, _ = parts[0]
+    table = spark.read.parquet(first_uri)
+    for uri, names in parts[1:]:
+        extra = spark.read.parquet(uri).select("user", *[f"`{n}`" for n in names])
+        table = table.drop(*[n for n in names if n in table.columns]).join(extra, "user", "left")
+    return table
+
+
 def _evaluation(
-    ev: metrics.Evaluation,
+    summary: dict[str, float],
+    counts: dict[str, int],
+    options: dict[str, Any],
     per_user: DataFrame,
     suite: MetricSuite,
-    skipped: set[str],
     small: bool,
 ) -> metrics.Evaluation:
-    """The run's ``Evaluation``: the suite's names in order (skipped ones NaN), the per-user
-    table read back when small (else empty, with the suite's columns)."""
+    """The run's ``Evaluation``: the suite's names in order (those not computed NaN), the
+    per-user table read back when small (else empty, with the table's columns)."""
     names = list(suite.names)
-    summary = {n: float("nan") if n in skipped else ev.summary[n] for n in names}
     if small:
         with _quiet():
             table = _driver_copy(per_user).set_index("user").sort_index()
     else:
-        table = pd.DataFrame(columns=[n for n in names if n not in skipped], dtype=float)
+        columns = [c for c in per_user.columns if c != "user" and c in names]
+        table = pd.DataFrame(columns=columns, dtype=float)
         table.index.name = "user"
-    return metrics.Evaluation(summary, table.reindex(columns=names), ev.options, ev.counts)
+    return metrics.Evaluation(summary, table.reindex(columns=names), options, counts)
 
 
 def _recs_copy(lists: DataFrame) -> pd.DataFrame:
