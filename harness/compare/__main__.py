@@ -9,6 +9,17 @@ into ``--out`` (default: a new folder under ``runs/results/compare/``) and logge
 Runs evaluated on different splits are refused. A parent run id (one whole evaluation) is
 refused too, with its model runs listed: pass two of them.
 
+Runs of ``engine=spark`` name their per-user table and top-k lists (Parquet folders with a
+``user`` column) by the tags ``model.per_user_uri`` / ``model.topk_uri``: they are read from there
+(a local path or any URI pyarrow opens), else from the run's artifacts when it logged a copy; a
+table in neither place is one error line. ``--engine auto`` (the default) compares on the driver
+with pandas, as for in-process runs, unless a per-user table has more than ``--driver-rows`` rows
+(row counts from the Parquet footers; default 2,000,000, as ``engine.driver_rows``) or sits at a
+URI only Spark reads (``s3a://``, ``hdfs://``): then the tables stay in Spark
+(:func:`harness.spark.compare.compare_spark`, a session on ``--spark-master``). Both give the same
+numbers. Segments need the split cached under ``RUNS_DIR/splits/<split.sha256>/`` (as in-process
+runs leave it); without it they are skipped with a note.
+
 Exit codes: 0 done (or GO with ``--enforce``), 2 bad input (unknown run, parent run, different
 splits, bad labels file, bad option), 3 MLflow unreachable or logging failed, 10 NO_GO,
 11 INCONCLUSIVE and 12 no decision (``--gate none``) with ``--enforce``.
@@ -17,15 +28,18 @@ splits, bad labels file, bad option), 3 MLflow unreachable or logging failed, 10
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from harness.compare import (
@@ -75,6 +89,22 @@ def _parser() -> argparse.ArgumentParser:
         "--gate", default="default", help="a gate/ config option (default, strict, none)"
     )
     p.add_argument("--enforce", action="store_true", help="exit code reflects the gate decision")
+    p.add_argument(
+        "--engine",
+        choices=("auto", "driver", "spark"),
+        default="auto",
+        help="where engine=spark runs' per-user tables are compared: auto (Spark above "
+        "--driver-rows rows or for a URI only Spark reads, else pandas), driver, spark",
+    )
+    p.add_argument(
+        "--driver-rows",
+        type=int,
+        default=2_000_000,
+        help="largest per-user table compared on the driver by --engine auto (default 2000000)",
+    )
+    p.add_argument(
+        "--spark-master", default="local[*]", help="Spark master of --engine spark (local[*])"
+    )
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. compare.n_resamples=2000")
     return p
 
@@ -122,7 +152,7 @@ def _resolve(client: Any, ref: str, uri: str) -> Any:
 
 
 def _artifacts(client: Any, run: Any, folder: Path) -> tuple[pd.DataFrame, dict[str, Any], Any]:
-    """Per-user table, result.json and top-k lists (or None) of a model run."""
+    """Per-user table, result.json and top-k lists (or None) of an in-process model run."""
     local = Path(client.download_artifacts(run.info.run_id, "", str(folder)))
     if not (local / "per_user.parquet").is_file() or not (local / "result.json").is_file():
         raise ValueError(
@@ -133,6 +163,259 @@ def _artifacts(client: Any, run: Any, folder: Path) -> tuple[pd.DataFrame, dict[
     result = json.loads((local / "result.json").read_text())
     topk = pd.read_parquet(local / "topk.parquet") if (local / "topk.parquet").exists() else None
     return per_user, result, topk
+
+
+@dataclass
+class _Logged:
+    """One model run as read here: its ``result.json``, and its per-user table and top-k lists
+    as pandas frames (in-process runs: artifacts) or Parquet locations (``engine=spark`` runs:
+    the tags' URIs or the artifacts' copy), with the per-user row count (None: unknown, a URI
+    only Spark reads)."""
+
+    result: dict[str, Any]
+    per_user: pd.DataFrame | str
+    topk: pd.DataFrame | str | None
+    rows: int | None
+    notes: list[str] = field(default_factory=list)
+
+
+def _arrow(uri: str) -> tuple[Any, str] | None:
+    """(pyarrow filesystem, path) of a local path or a URI pyarrow opens (``file://``, ``s3://``,
+    ``gs://``…); None for one only Spark reads (``s3a://``, ``hdfs://`` without libhdfs)."""
+    import pyarrow.fs as pafs
+
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    try:
+        return pafs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
+    except Exception:  # pyarrow's ArrowInvalid (unknown scheme), OSError (no libhdfs/credentials)
+        return None
+
+
+def _there(uri: str) -> bool | None:
+    """Whether a Parquet folder or file exists at ``uri`` (None: only Spark can tell)."""
+    import pyarrow.fs as pafs
+
+    where = _arrow(uri)
+    if where is None:
+        return None
+    fs, path = where
+    try:
+        return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+    except OSError:
+        return None
+
+
+def _parquet_rows(uri: str) -> int | None:
+    """Rows of a Parquet folder or file from its footers (None: a URI only Spark reads)."""
+    import pyarrow.dataset as ds
+
+    where = _arrow(uri)
+    if where is None:
+        return None
+    fs, path = where
+    return int(ds.dataset(path, filesystem=fs, format="parquet").count_rows())
+
+
+def _located(client: Any, run: Any, tag: str, listed: set[str], folder: Path) -> str | None:
+    """Where an ``engine=spark`` run's table is: the tag's URI, else the copy among the run's
+    artifacts (downloaded into ``folder``); None when gone from both."""
+    uri = run.data.tags[tag]
+    if _there(uri) is not False:  # there, or a URI only Spark reads (it says when it is gone)
+        return str(uri)
+    artifact = tag.removeprefix("model.").removesuffix("_uri") + ".parquet"
+    if artifact in listed:
+        return str(client.download_artifacts(run.info.run_id, artifact, str(folder)))
+    return None
+
+
+def _logged(client: Any, run: Any, folder: Path) -> _Logged:
+    """What the comparison needs of a model run, from its artifacts (in-process runs) or from
+    the Parquet tables its tags name (``engine=spark`` runs)."""
+    if "model.per_user_uri" not in run.data.tags:
+        per_user, result, topk = _artifacts(client, run, folder)
+        return _Logged(result, per_user, topk, len(per_user))
+    listed = {a.path for a in client.list_artifacts(run.info.run_id)}
+    if "result.json" not in listed:
+        raise ValueError(
+            f"run {run.info.run_id} ({run.info.run_name}) has no result.json: not a model run "
+            "of the harness"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    local = Path(client.download_artifacts(run.info.run_id, "result.json", str(folder)))
+    result = json.loads(local.read_text())
+    per_user = _located(client, run, "model.per_user_uri", listed, folder)
+    if per_user is None:
+        raise ValueError(
+            f"run {run.info.run_id} ({run.info.run_name}): its per-user table "
+            f"{run.data.tags['model.per_user_uri']} (tag model.per_user_uri) is gone and the run "
+            "logged no copy; restore that folder or evaluate the model again"
+        )
+    topk = None
+    notes = []
+    if "model.topk_uri" in run.data.tags:
+        topk = _located(client, run, "model.topk_uri", listed, folder)
+        if topk is None:
+            notes.append(
+                f"item-bucket segments skipped: the top-k lists of {run.info.run_name} "
+                f"({run.data.tags['model.topk_uri']}) are gone"
+            )
+    return _Logged(result, per_user, topk, _parquet_rows(per_user), notes)
+
+
+def _engine(choice: str, logged: Sequence[_Logged], driver_rows: int) -> str:
+    """``driver`` or ``spark``: ``auto`` is Spark when a per-user table is a Parquet location
+    with more than ``driver_rows`` rows or at a URI only Spark reads, else the driver."""
+    if choice != "auto":
+        return choice
+    for x in logged:
+        if isinstance(x.per_user, str) and (x.rows is None or x.rows > driver_rows):
+            return "spark"
+    return "driver"
+
+
+def _driver_frame(table: pd.DataFrame | str, order: Sequence[str]) -> pd.DataFrame:
+    """A table on the driver: as logged (in-process runs), or read from its Parquet location
+    with the in-process id types (``int64`` or ``object``) and rows sorted by ``order``."""
+    import pyarrow.dataset as ds
+
+    if isinstance(table, pd.DataFrame):
+        return table
+    where = _arrow(table)
+    if where is None:
+        raise ValueError(f"{table}: only Spark reads this URI (use --engine spark)")
+    fs, path = where
+    frame = ds.dataset(path, filesystem=fs, format="parquet").to_table().to_pandas()
+    for column in ("user", "item"):
+        if column in frame.columns and frame[column].dtype != np.int64:
+            frame[column] = frame[column].astype(object)
+    return frame.sort_values(list(order), kind="stable").reset_index(drop=True)
+
+
+def _on_driver(
+    names: Sequence[str],
+    logged: Sequence[_Logged],
+    cspec: CompareSpec,
+    split_dir: Path,
+) -> tuple[list[str], Any]:
+    """The compared metrics and a function comparing them in-process
+    (:func:`harness.compare.compare_pair`), with segments when the split is cached."""
+    pu_a, pu_b = (
+        p if isinstance(p, pd.DataFrame) else _driver_frame(p, ["user"]).set_index("user")
+        for p in (logged[0].per_user, logged[1].per_user)
+    )
+    top_a, top_b = (
+        None if t is None else _driver_frame(t, ["user", "rank"])
+        for t in (logged[0].topk, logged[1].topk)
+    )
+    columns = [str(c) for c in pu_a.columns]
+
+    def run(metric_names: Sequence[str]) -> tuple[PairComparison, bool]:
+        segments = qrels = None
+        if cspec.segments and (split_dir / "train.parquet").exists():
+            train = pd.read_parquet(split_dir / "train.parquet")
+            test = pd.read_parquet(split_dir / "test.parquet")
+            qrels = test[["user", "item"]].drop_duplicates().assign(relevance=1.0)
+            segments = segment_data(train, pu_a.index.to_numpy(), cspec)
+        pair = compare_pair(
+            names[0],
+            names[1],
+            (pu_a, pu_b),
+            metric_names,
+            cspec,
+            summaries=(logged[0].result.get("summary", {}), logged[1].result.get("summary", {})),
+            segments=segments,
+            qrels=qrels,
+            recs=(top_a, top_b) if top_a is not None and top_b is not None else None,
+        )
+        return pair, segments is not None
+
+    return columns, run
+
+
+@contextlib.contextmanager
+def _session(master: str) -> Iterator[Any]:
+    """A Spark session on ``master``, stopped afterwards when this command started it."""
+    try:
+        from pyspark.sql import SparkSession
+
+        from harness.spark import spark_session
+
+        before = SparkSession.getActiveSession()
+        spark = spark_session(master, app_name="harness.compare")
+    except Exception as err:  # no PySpark, no Java, a bad master
+        raise ValueError(f"--engine spark: Spark could not start ({_first_line(err)})") from None
+    try:
+        yield spark
+    finally:
+        if before is None:
+            spark.stop()
+
+
+def _on_spark(
+    spark: Any,
+    names: Sequence[str],
+    logged: Sequence[_Logged],
+    cspec: CompareSpec,
+    split_dir: Path,
+    scratch: Path,
+) -> tuple[list[str], Any]:
+    """The compared metrics and a function comparing them with the per-user tables kept in
+    Spark (:func:`harness.spark.compare.compare_spark`; segments from the cached split)."""
+    from pyspark.sql import functions as sf
+
+    from harness.spark.compare import bucket_tables_spark, compare_spark, segments_spark
+    from harness.spark.io import _frame
+
+    def table(data: pd.DataFrame | str, what: str) -> Any:
+        if isinstance(data, pd.DataFrame):  # an in-process run's table (user as the index)
+            return _frame(spark, data if "user" in data.columns else data.reset_index(), what)
+        try:
+            return spark.read.parquet(data)
+        except Exception as err:  # AnalysisException: PATH_NOT_FOUND, not Parquet
+            raise ValueError(f"{what} {data} could not be read ({_first_line(err)})") from None
+
+    pu = [
+        table(x.per_user, f"the per-user table of {n}") for x, n in zip(logged, names, strict=True)
+    ]
+    tops = [
+        None if x.topk is None else table(x.topk, f"the top-k lists of {n}")
+        for x, n in zip(logged, names, strict=True)
+    ]
+    columns = [c for c in pu[0].columns if c != "user"]
+
+    def run(metric_names: Sequence[str]) -> tuple[PairComparison, bool]:
+        import metrics
+
+        segments = buckets = None
+        if cspec.segments and (split_dir / "train.parquet").exists():
+            train = spark.read.parquet(str(split_dir / "train.parquet"))
+            test = spark.read.parquet(str(split_dir / "test.parquet"))
+            qrels = test.select("user", "item").distinct().withColumn("relevance", sf.lit(1.0))
+            segments = segments_spark(train, qrels.select("user").distinct(), cspec)
+            if tops[0] is not None and tops[1] is not None and segments.item_bucket is not None:
+                ranked = [
+                    n
+                    for n in metric_names
+                    if n in columns and metrics.parse(n).definition.kind == "ranking"
+                ]
+                buckets = bucket_tables_spark(
+                    qrels, (tops[0], tops[1]), ranked, segments.item_bucket, scratch / "buckets"
+                )
+        pair = compare_spark(
+            pu[0],
+            pu[1],
+            metric_names,
+            cspec,
+            baseline=names[0],
+            candidate=names[1],
+            summaries=(logged[0].result.get("summary", {}), logged[1].result.get("summary", {})),
+            segments=segments,
+            buckets=buckets,
+        )
+        return pair, segments is not None
+
+    return columns, run
 
 
 def _specs(gate: str, baseline: str, overrides: Sequence[str]) -> tuple[CompareSpec, GateSpec, Any]:
@@ -181,37 +464,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if names[0] == names[1]:
             names = [f"{n} ({r.info.run_id[:8]})" for n, r in zip(names, runs, strict=True)]
         cspec, gspec, cfg = _specs(args.gate, names[0], args.overrides)
-        with tempfile.TemporaryDirectory() as tmp:
-            (pu_a, res_a, top_a), (pu_b, res_b, top_b) = (
-                _artifacts(client, r, Path(tmp) / str(i)) for i, r in enumerate(runs)
-            )
-        metric_names = list(cspec.metrics or pu_a.columns)
-        gspec = check_gate(  # a rule on a metric these runs lack: one line, exit 2
-            gspec,
-            metric_names,
-            segments=cspec.segments,
-            gsb_metric=cspec.gsb_metric,
-            human_labels=bool(cspec.human_labels),
-        )
-        labels = read_labels(cspec.human_labels) if cspec.human_labels else None
         split_dir = Path(args.runs_dir) / "splits" / str(hashes[0])
-        segments = qrels = None
-        if cspec.segments and (split_dir / "train.parquet").exists():
-            train = pd.read_parquet(split_dir / "train.parquet")
-            test = pd.read_parquet(split_dir / "test.parquet")
-            qrels = test[["user", "item"]].drop_duplicates().assign(relevance=1.0)
-            segments = segment_data(train, pu_a.index.to_numpy(), cspec)
-        pair = compare_pair(
-            names[0],
-            names[1],
-            (pu_a, pu_b),
-            metric_names,
-            cspec,
-            summaries=(res_a.get("summary", {}), res_b.get("summary", {})),
-            segments=segments,
-            qrels=qrels,
-            recs=(top_a, top_b) if top_a is not None and top_b is not None else None,
-        )
+        with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+            logged = [_logged(client, r, Path(tmp) / str(i)) for i, r in enumerate(runs)]
+            res_a, res_b = logged[0].result, logged[1].result
+            if _engine(args.engine, logged, args.driver_rows) == "spark":
+                spark = stack.enter_context(_session(args.spark_master))
+                columns, compare = _on_spark(spark, names, logged, cspec, split_dir, Path(tmp))
+            else:
+                columns, compare = _on_driver(names, logged, cspec, split_dir)
+            metric_names = list(cspec.metrics or columns)
+            gspec = check_gate(  # a rule on a metric these runs lack: one line, exit 2
+                gspec,
+                metric_names,
+                segments=cspec.segments,
+                gsb_metric=cspec.gsb_metric,
+                human_labels=bool(cspec.human_labels),
+            )
+            labels = read_labels(cspec.human_labels) if cspec.human_labels else None
+            pair, segmented = compare(metric_names)
+        pair.notes += [note for x in logged for note in x.notes]
         if labels is not None:
             if "candidate" in labels.columns:
                 labels = labels[labels["candidate"].astype(str) == names[1]]
@@ -224,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TrackingError, OSError) as err:
         print(f"error: {_first_line(err)}", file=sys.stderr)
         return EXIT_TRACKING_FAILED
-    if segments is None and cspec.segments:
+    if not segmented and cspec.segments:
         pair.notes.append(f"segments skipped: split {hashes[0]} is not cached under {split_dir}")
     decision = decide(pair, gspec) if gspec.enabled else None
     decisions = {pair.candidate: decision} if decision is not None else {}
