@@ -19,6 +19,14 @@ driver decides, as :func:`metrics.stats.compare_many` does, between
 The result is the :class:`harness.compare.PairComparison` the gate, the report and MLflow
 logging consume; ``differences`` holds the GSB metric's per-user differences only (what the
 report plots), all of them up to ``max_differences`` users, else a hashed sample of that size.
+
+``compare.human_labels`` (a small file of GSB judgements) is read on the driver and adds the
+``human_labels`` row as in-process. ``compare.user_groups`` becomes a ``(user, group)`` Spark
+table (:func:`user_groups_spark`: ``activity`` from the cold segment of :func:`segments_spark`,
+or a CSV/Parquet file of any size read by Spark), joined with both per-user tables in Spark; the
+gap note (:func:`harness.compare.group_gap_note`) resamples users within their group, so the GSB
+metric's two values and the group of each grouped user are collected in user order (about 30
+bytes per user) and resampled exactly as in-process.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ from harness.compare import (
     PairComparison,
     compared_metrics,
     comparison_table,
+    group_gap_note,
+    labels_row,
+    read_labels,
     segment_definitions,
 )
 from metrics import stats
@@ -51,7 +62,9 @@ __all__ = [
     "bucket_tables_spark",
     "compare_models_spark",
     "compare_spark",
+    "group_gap_inputs_spark",
     "segments_spark",
+    "user_groups_spark",
 ]
 
 _BUCKETS = ("head", "mid", "tail")  # harness.compare's item buckets, in its row order
@@ -508,7 +521,8 @@ def compare_models_spark(
     ``spec.baseline``. With ``spec.segments``, ``train``, ``qrels`` (``user, item,
     relevance``), each model's top-k lists ``recs`` (``user, item, rank``) and a ``folder``
     for the item-bucket per-user tables give the user and item-bucket segments.
-    (Human labels and the user-group gap note are not computed here.)"""
+    ``spec.human_labels`` adds the ``human_labels`` row, ``spec.user_groups`` the user-group gap
+    note (``activity`` needs ``train`` and ``qrels``), as :func:`harness.compare.compare_models`."""
     notes: list[str] = []
     if not spec.baseline:
         return [], notes
@@ -552,4 +566,130 @@ def compare_models_spark(
                 buckets=buckets,
             )
         )
+    if spec.human_labels and pairs:
+        _add_labels(pairs, spec)
+    if spec.user_groups and pairs:
+        users = None if qrels is None else qrels.select("user").distinct()
+        first = next(iter(per_user.values()))
+        groups = user_groups_spark(spec, first, train=train, users=users, segments=segments)
+        for pair in pairs:
+            tables = (per_user[pair.baseline], per_user[pair.candidate])
+            pair.notes.append(_gap_note(pair, tables, groups, spec))
     return pairs, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Human labels and user groups
+# ---------------------------------------------------------------------------------------------
+def _add_labels(pairs: Sequence[PairComparison], spec: CompareSpec) -> None:
+    """The ``human_labels`` row of each pair (its candidate's labels), on the driver: the rows
+    and refusals of :func:`harness.compare.compare_models`."""
+    labels = read_labels(str(spec.human_labels))
+    if "candidate" not in labels.columns and len(pairs) > 1:
+        raise ValueError(
+            f"{spec.human_labels}: several candidates are compared, so the labels need a "
+            "'candidate' column naming the model each row judges"
+        )
+    for pair in pairs:
+        mine = labels
+        if "candidate" in labels.columns:
+            mine = labels[labels["candidate"].astype(str) == pair.candidate]
+        if len(mine):
+            row = pd.DataFrame([labels_row(mine["label"], spec)])
+            pair.table = pd.concat([pair.table, row], ignore_index=True)
+
+
+def user_groups_spark(
+    spec: CompareSpec,
+    per_user: DataFrame,
+    *,
+    train: DataFrame | None = None,
+    users: DataFrame | None = None,
+    segments: SparkSegments | None = None,
+) -> DataFrame:
+    """:func:`harness.compare.user_groups_of` as a Spark ``(user, group)`` table.
+
+    ``activity``: ``cold`` for the test ``users`` with at most ``cold_max_events`` training
+    events (the ``cold`` segment of ``segments`` or of :func:`segments_spark`), ``warm`` for the
+    others. Otherwise a CSV/TSV/Parquet path (local or any Spark path) with columns ``user,
+    group``, read by Spark; its user ids are cast to ``per_user``'s id type (integer or text)
+    and groups compared as text, as in-process. A missing file or column: one-line DataError.
+    """
+    from pyspark.sql import functions as sf
+
+    from harness.errors import DataError
+    from harness.spark.io import _id_kind
+
+    if spec.user_groups == "activity":
+        if train is None or users is None:
+            raise ValueError("compare.user_groups=activity needs the training events and users")
+        seg = segments if segments is not None else segments_spark(train, users, spec)
+        cold = seg.users.filter(sf.col("segment") == "cold").select("user", sf.lit(1).alias("_c"))
+        label = sf.when(sf.col("_c").isNotNull(), "cold").otherwise("warm")
+        return users.select("user").join(cold, "user", "left").select("user", label.alias("group"))
+    path = str(spec.user_groups)
+    if "://" not in path and not os.path.isfile(path):
+        raise DataError(f"{path}: user group file not found (compare.user_groups)")
+    spark = per_user.sparkSession
+    try:
+        if path.endswith((".parquet", ".pq")) or os.path.isdir(path):
+            frame = spark.read.parquet(path)
+        else:
+            sep = "\t" if path.endswith(".tsv") else ","
+            frame = spark.read.option("header", True).option("sep", sep).csv(path)
+    except Exception as err:  # AnalysisException: not found on a cluster path, not Parquet
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise DataError(f"{path}: not readable ({first}) (compare.user_groups)") from None
+    for column in ("user", "group"):
+        if column not in frame.columns:
+            raise DataError(f"{path}: column {column!r} is missing (compare.user_groups)")
+    user = sf.col("user")
+    if _id_kind(per_user, "user") == "bigint":
+        user = sf.trim(user.cast("string")).cast("bigint")
+    else:
+        user = sf.trim(user.cast("string"))
+    return frame.select(user.alias("user"), sf.col("group").cast("string").alias("group"))
+
+
+def group_gap_inputs_spark(
+    per_user_a: DataFrame, per_user_b: DataFrame, groups: DataFrame, metric: str
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    """What :func:`metrics.beyond.group_gap` needs of both models, joined in Spark: ``metric``
+    of the users of both tables that have a group, and their group, in user order (the order
+    of the in-process per-user tables, so the within-group resamples are the same). Users
+    without a group only count in ``dropped``; a user with two groups: ValueError, as
+    ``group_gap`` says it."""
+    from pyspark.sql import functions as sf
+
+    for table in (per_user_a, per_user_b):
+        if metric not in table.columns:
+            raise ValueError(
+                f"per_user has no column {metric!r}; it has "
+                f"{[c for c in table.columns if c != 'user']}"
+            )
+    twice = (
+        groups.groupBy("user").count().filter(sf.col("count") > 1).orderBy("user").limit(1)
+    ).collect()
+    if twice:
+        raise ValueError(f"user_groups has user {twice[0]['user']!r} twice")
+    a = per_user_a.select("user", sf.col(f"`{metric}`").cast("double").alias("_a"))
+    b = per_user_b.select("user", sf.col(f"`{metric}`").cast("double").alias("_b"))
+    joined = a.join(b, "user").join(groups.filter(sf.col("user").isNotNull()), "user")
+    frame = pd.DataFrame(joined.orderBy("user").select("group", "_a", "_b").toPandas())
+    index = pd.RangeIndex(len(frame))
+    return (
+        pd.DataFrame({metric: frame["_a"].to_numpy(np.float64)}, index=index),
+        pd.DataFrame({metric: frame["_b"].to_numpy(np.float64)}, index=index),
+        pd.Series(frame["group"].astype(object).to_numpy(), index=index),
+    )
+
+
+def _gap_note(
+    pair: PairComparison, tables: tuple[DataFrame, DataFrame], groups: DataFrame, spec: CompareSpec
+) -> str:
+    """:func:`harness.compare.group_gap_note` from the two Spark per-user tables."""
+    try:
+        a, b, by_user = group_gap_inputs_spark(tables[0], tables[1], groups, pair.gsb_metric)
+    except ValueError as err:
+        return f"user-group gap of {pair.gsb_metric}: not computed ({err})"
+    return group_gap_note(pair, (a, b), by_user, spec)

@@ -617,8 +617,9 @@ def compare_result_spark(
     result: ExperimentResult, spec: CompareSpec
 ) -> tuple[list[PairComparison], list[str]] | None:
     """Every model against the baseline from the run's Spark tables
-    (:func:`harness.spark.compare.compare_models_spark`: per-user tables, segments and item
-    buckets stay in Spark); None for a run not made on Spark."""
+    (:func:`harness.spark.compare.compare_models_spark`: per-user tables, segments, item
+    buckets and user groups stay in Spark; human labels are read on the driver); None for a
+    run not made on Spark."""
     from harness.spark.compare import compare_models_spark
 
     tables = getattr(result, "tables", None)
@@ -636,7 +637,4 @@ def compare_result_spark(
         options=result.suite.evaluate_options(),
         folder=_uri(tables.base, "comparison"),
     )
-    for key in ("human_labels", "user_groups"):
-        if getattr(spec, key):
-            notes.append(f"compare.{key} is not computed on engine=spark yet")
     return pairs, notes
