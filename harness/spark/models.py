@@ -473,12 +473,20 @@ def plugin_topk(
     return users.select("user").distinct().mapInPandas(run, schema)
 
 
+def _id_dtype(column: pd.Series) -> Any:
+    """``int64`` for integer ids, else ``object`` (the in-process id types; Arrow hands text as
+    pandas' ``str`` dtype)."""
+    return np.int64 if pd.api.types.is_integer_dtype(column.dtype) else object
+
+
 def _score_group(model: Any, frame: pd.DataFrame) -> pd.DataFrame:
     """``applyInPandas`` body: one group's candidates scored by the fitted model's
     ``score_items`` (:func:`harness.experiment._candidate_run`: unscorable rows left out)."""
     from harness.experiment import _candidate_run
 
-    cand = frame[["user", "item"]]
+    cand = pd.DataFrame(
+        {c: pd.Series(frame[c].to_numpy(), dtype=_id_dtype(frame[c])) for c in ("user", "item")}
+    )
     users = np.sort(pd.unique(cand["user"]))
     run, _ = _candidate_run(model, cand, users)
     return pd.DataFrame(

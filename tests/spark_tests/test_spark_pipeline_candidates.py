@@ -1,0 +1,226 @@
+"""``engine=spark`` with ``candidates=sampled`` / ``candidates=file``, score metrics (AUC family)
+and rating metrics (RMSE/MAE): the candidate rows, the ranked lists and the per-user metrics of
+the Spark pipeline equal the in-process engine's on the same data.
+
+The reference is the numpy engine (its own code path: ``harness.candidates.build_candidates``,
+the models' ``score_items`` / ``predict_ratings`` and ``metrics.evaluate``, tested on its own
+against trec_eval, sklearn and hand counts); nothing expected here comes from the Spark code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import synthetic
+from harness.candidates import CandidateSpec, build_candidates
+from harness.datasets import Dataset
+from harness.errors import DataError
+from harness.experiment import MetricSuite, run_models
+from harness.models import BiasRating, PopularityModel, PrecomputedScores
+from harness.split import make_split
+
+TOL = 1e-9
+NAMES = ("ndcg@5", "recall@5", "map", "mrr", "auc", "gauc", "global_auc", "rmse", "mae")
+
+
+def events(text: bool) -> pd.DataFrame:
+    """Tiny synthetic events with ratings; ``text``: string ids (``u3``, ``i7``)."""
+    frame = synthetic.generate(n_users=40, n_items=30, n_events=600, seed=3)
+    if text:
+        frame = frame.assign(
+            user="u" + frame["user"].astype(str), item="i" + frame["item"].astype(str)
+        ).astype({"user": object, "item": object})
+    return frame
+
+
+def scores_file(frame: pd.DataFrame, path: Path) -> str:
+    """A precomputed model version: tied scores on most (user, item) pairs (some missing)."""
+    rng = np.random.default_rng(1)
+    users, items = pd.unique(frame["user"]), pd.unique(frame["item"])
+    grid = pd.MultiIndex.from_product([users, items], names=["user", "item"]).to_frame(index=False)
+    grid = grid[rng.random(len(grid)) < 0.8]
+    grid = grid.assign(score=rng.integers(0, 4, len(grid)).astype(float))
+    grid.to_parquet(path, index=False)
+    return str(path)
+
+
+def both_splits(spark: Any, frame: pd.DataFrame) -> tuple[Any, Any, Any]:
+    """The events on Spark, the Spark split and the in-process split (same rows, tested in
+    test_spark.py)."""
+    from harness.spark.split import make_split_spark
+
+    df = spark.createDataFrame(frame).cache()
+    sp = make_split_spark(df, "leave_one_out")
+    return df, sp, make_split(frame, "leave_one_out")
+
+
+def sorted_rows(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    return frame[cols].sort_values(cols, kind="stable").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("text", [False, True])
+@pytest.mark.parametrize("sampling", ["uniform", "popularity"])
+def test_sampled_candidates_equal_in_process_rows(spark: Any, text: bool, sampling: str) -> None:
+    from harness.spark.candidates import build_candidates_spark
+
+    frame = events(text)
+    _, sp, split = both_splits(spark, frame)
+    spec = CandidateSpec(kind="sampled", n_negatives=7, sampling=sampling, seed=11)
+    want, want_stats = build_candidates(spec, split, None)
+    got_df, got_stats = build_candidates_spark(spec, sp)
+    assert got_df is not None and want is not None
+    got = pd.DataFrame(got_df.toPandas())
+    pd.testing.assert_frame_equal(
+        sorted_rows(got, ["user", "item"]),
+        sorted_rows(want, ["user", "item"]).astype(got.dtypes.to_dict()),
+    )
+    assert got_stats == want_stats
+    # another seed draws other negatives
+    other, _ = build_candidates_spark(
+        CandidateSpec(kind="sampled", n_negatives=7, sampling=sampling, seed=12), sp
+    )
+    assert other is not None and sorted(map(tuple, other.collect())) != sorted(
+        map(tuple, got_df.collect())
+    )
+
+
+def test_file_candidates_equal_in_process_rows(spark: Any, tmp_path: Path) -> None:
+    from harness.spark.candidates import build_candidates_spark
+
+    frame = events(text=False)
+    _, sp, split = both_splits(spark, frame)
+    rng = np.random.default_rng(5)
+    cand = pd.DataFrame(
+        {
+            "user": rng.choice(pd.unique(split.test["user"]), 300).astype(str),
+            "item": [f" {i}.0" if i % 3 == 0 else str(i) for i in rng.integers(0, 35, 300)],
+        }
+    )
+    path = tmp_path / "cands.csv"
+    cand.to_csv(path, index=False)  # duplicates, padded and "7.0" ids, items unknown to training
+    spec = CandidateSpec(kind="file", path=str(path))
+    want, want_stats = build_candidates(spec, split, None)
+    got_df, got_stats = build_candidates_spark(spec, sp)
+    assert got_df is not None and want is not None
+    got = pd.DataFrame(got_df.toPandas())
+    assert got["user"].dtype == np.int64 and got["item"].dtype == np.int64
+    pd.testing.assert_frame_equal(
+        sorted_rows(got, ["user", "item"]), sorted_rows(want, ["user", "item"])
+    )
+    assert got_stats == want_stats
+
+
+def bad_files(tmp_path: Path) -> dict[str, Path]:
+    """Candidate files the in-process reader refuses, one reason each."""
+    out = {}
+    out["missing"] = tmp_path / "nowhere.csv"
+    out["column"] = tmp_path / "column.csv"
+    out["column"].write_text("user,thing\n1,2\n")
+    out["empty"] = tmp_path / "empty.csv"
+    out["empty"].write_text("user,item\n")
+    out["null"] = tmp_path / "null.csv"
+    out["null"].write_text("user,item\n1,2\n3,\n")
+    out["text"] = tmp_path / "text.csv"
+    out["text"].write_text("user,item\n1,abc\n2,3\n")
+    return out
+
+
+def test_file_candidates_errors_are_the_in_process_ones(spark: Any, tmp_path: Path) -> None:
+    from harness.spark.candidates import build_candidates_spark
+
+    _, sp, split = both_splits(spark, events(text=False))
+    for why, path in bad_files(tmp_path).items():
+        spec = CandidateSpec(kind="file", path=str(path))
+        with pytest.raises(DataError) as want:
+            build_candidates(spec, split, None)
+        with pytest.raises(DataError) as got:
+            build_candidates_spark(spec, sp)
+        assert str(got.value) == str(want.value), why
+        assert "\n" not in str(got.value)
+
+
+def models(scores: str) -> dict[str, Any]:
+    """Fresh model versions: native on Spark (popularity, precomputed) and a plug-in that
+    predicts ratings (BiasRating, scored per group of users)."""
+    return {
+        "popularity": PopularityModel(),
+        "precomputed": PrecomputedScores(scores),
+        "bias": BiasRating(),
+    }
+
+
+def both_runs(
+    spark: Any, tmp_path: Path, frame: pd.DataFrame, spec: CandidateSpec
+) -> tuple[Any, Any]:
+    """The in-process and the Spark run of the same models, suite, split and candidates."""
+    from harness.spark.candidates import build_candidates_spark
+    from harness.spark.pipeline import run_models_spark
+
+    df, sp, split = both_splits(spark, frame)
+    scores = scores_file(frame, tmp_path / "scores.parquet")
+    dataset = Dataset("tiny", frame, "synthetic")
+    suite = MetricSuite(k=5, names=NAMES)
+    cands, _ = build_candidates(spec, split, None)
+    want = run_models(
+        dataset, split, models(scores), suite, tmp_path / "numpy", progress=False, candidates=cands
+    )
+    cands_s, _ = build_candidates_spark(spec, sp)
+    got = run_models_spark(
+        spark,
+        dataset,
+        df,
+        sp,
+        split,
+        models(scores),
+        suite,
+        tmp_path / "spark",
+        candidates=cands_s,
+        buckets=3,
+        batch_users=16,
+    )
+    return want, got
+
+
+def assert_same_outcomes(want: Any, got: Any) -> None:
+    """Same summaries and per-user values (1e-9), lists, counts and scope as in-process."""
+    for name, w in want.outcomes.items():
+        g = got.outcomes[name]
+        assert w.error is None and g.error is None, (name, w.error, g.error)
+        for metric, value in w.evaluation.summary.items():
+            other = g.evaluation.summary[metric]
+            assert np.isnan(value) == np.isnan(other), (name, metric, value, other)
+            if not np.isnan(value):
+                assert abs(value - other) <= TOL, (name, metric, value, other)
+        pw, pg = w.evaluation.per_user, g.evaluation.per_user
+        assert list(pw.index) == list(pg.index), name
+        np.testing.assert_allclose(pg.to_numpy(), pw.to_numpy(), atol=TOL, rtol=0)
+        ids = {"user": object, "item": object}  # in-process text ids: object or str dtype
+        lists_w = w.recommendations.reset_index(drop=True).astype(ids)
+        lists_g = g.recommendations.reset_index(drop=True).astype(ids)
+        pd.testing.assert_frame_equal(
+            lists_g[["user", "rank", "item"]], lists_w[["user", "rank", "item"]], obj=name
+        )
+        np.testing.assert_allclose(lists_g["score"], lists_w["score"], atol=TOL, rtol=0)
+        for key in ("auc_scope", "candidates_unscored"):
+            assert g.info.get(key) == w.info.get(key), (name, key)
+        assert g.evaluation.counts == w.evaluation.counts, name
+        assert g.notes == w.notes, name
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_sampled_candidates_metrics_equal_in_process(
+    spark: Any, tmp_path: Path, text: bool
+) -> None:
+    spec = CandidateSpec(kind="sampled", n_negatives=8, sampling="popularity", seed=4)
+    want, got = both_runs(spark, tmp_path, events(text), spec)
+    assert_same_outcomes(want, got)
+    # the score and rating metrics have values (not the NaN of a skipped metric)
+    for metric in ("auc", "gauc", "global_auc"):
+        assert np.isfinite(got.outcomes["bias"].evaluation.summary[metric])
+    assert np.isfinite(got.outcomes["bias"].evaluation.summary["rmse"])
+    assert np.isnan(got.outcomes["popularity"].evaluation.summary["rmse"])
