@@ -469,6 +469,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             logged = [_logged(client, r, Path(tmp) / str(i)) for i, r in enumerate(runs)]
             res_a, res_b = logged[0].result, logged[1].result
             if _engine(args.engine, logged, args.driver_rows) == "spark":
+                rows = ", ".join(
+                    f"{n} {'?' if x.rows is None else f'{x.rows:,}'}"
+                    for n, x in zip(names, logged, strict=True)
+                )
+                print(f"comparing in Spark (--engine {args.engine}; per-user rows: {rows})")
                 spark = stack.enter_context(_session(args.spark_master))
                 columns, compare = _on_spark(spark, names, logged, cspec, split_dir, Path(tmp))
             else:

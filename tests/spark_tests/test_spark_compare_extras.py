@@ -41,7 +41,8 @@ def assert_same_table(got: pd.DataFrame, want: pd.DataFrame) -> None:
     for column in want.columns:
         assert column in got.columns, column
         if column in TEXT or column == "higher_is_better":
-            assert [str(v) for v in got[column]] == [str(v) for v in want[column]], column
+            text = [[("" if pd.isna(v) else str(v)) for v in t[column]] for t in (got, want)]
+            assert text[0] == text[1], column
             continue
         a = pd.to_numeric(got[column], errors="coerce").to_numpy(np.float64)
         b = pd.to_numeric(want[column], errors="coerce").to_numpy(np.float64)
@@ -159,3 +160,128 @@ def test_labels_and_groups_on_spark_equal_in_process(spark_run: Any) -> None:
             assert gap.gap == pytest.approx(means.max() - means.min(), abs=TOL)
         if user_groups != "activity":
             assert set(g) == {"x", "y", "z"} and len(g) == len(users) - 5
+
+
+# ---------------------------------------------------------------------------------------------
+# python -m harness.compare on two model runs of engine=spark
+# ---------------------------------------------------------------------------------------------
+def compare_cli(harness_cli: Any, cwd: Path, *args: str) -> Any:
+    return harness_cli.run(cwd, *args, module="harness.compare", timeout=900)
+
+
+def cache_split(cwd: Path, folder: Path) -> Path:
+    """The run's split made in-process from its resolved config and cached under
+    ``runs/splits/<key>/`` (what an in-process run leaves there); the cache folder."""
+    from harness.datasets import load_dataset
+    from harness.split import load_or_make_split, split_cache_key
+
+    cfg = yaml.safe_load((folder / "config.yaml").read_text())
+    dataset = load_dataset(cfg["dataset"])
+    params = dict(cfg["split"])
+    method = params.pop("method")
+    load_or_make_split(
+        dataset.frame, method, params, cwd / "runs" / "splits", digest=dataset.sha256
+    )
+    key = split_cache_key(dataset.frame, method, params, digest=dataset.sha256)
+    return cwd / "runs" / "splits" / key
+
+
+def test_harness_compare_reads_spark_runs_tables(harness_cli: Any, tmp_path: Path) -> None:
+    from harness.compare import compare_pair, labels_row, segment_data
+
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    labels = pd.DataFrame(
+        {"unit": range(6), "label": ["good", "good", "bad", "same", "good", "bad"]}
+    )
+    labels.to_csv(cwd / "labels.csv", index=False)
+    opts = ["compare.n_resamples=200", f"compare.human_labels={cwd / 'labels.csv'}"]
+    proc = harness_cli.run(
+        cwd,
+        "engine=spark",
+        "engine.master='local[2]'",
+        "model=[popularity,item_knn]",
+        *opts,
+        quick=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent
+    client = mlflow.MlflowClient(f"sqlite:///{cwd / 'runs' / 'mlflow.db'}")
+    runs = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], "tags.model != ''"
+    )
+    by_model = {r.data.tags["model"]: r for r in runs}
+    base, cand = by_model["popularity"], by_model["item_knn"]
+    ids = (base.info.run_id, cand.info.run_id)
+    got = client.download_artifacts(cand.info.run_id, "comparison.json", str(tmp_path))
+    logged = pd.DataFrame(json.loads(Path(got).read_text()))
+    assert {"all", "cold", "heavy"} <= set(logged["segment"])
+    assert "human_labels" in set(logged["metric"])  # the labels row of the Spark run
+
+    def table(out: str) -> pd.DataFrame:
+        return pd.read_csv(cwd / out / "comparison.csv")
+
+    # 1. the split is not cached (engine=spark keeps it in Spark): the rows on all users
+    first = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "segments skipped" in first.stdout
+    assert_same_table(table("c1"), logged[logged["segment"] == "all"].reset_index(drop=True))
+
+    # 2. with the split cached: the whole table the run logged (on the driver, as the rule
+    # picks for small tables), and the same with the tables kept in Spark (--driver-rows 1)
+    split_dir = cache_split(cwd, folder)
+    assert split_dir.name == base.data.tags["split.sha256"]
+    second = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c2")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "comparing in Spark" not in second.stdout
+    assert_same_table(table("c2"), logged)
+    on_spark = compare_cli(
+        harness_cli, cwd, *ids, *opts, "--out", "c3", "--driver-rows", "1",
+        "--spark-master", "local[2]",
+    )  # fmt: skip
+    assert on_spark.returncode == 0, on_spark.stderr[-3000:]
+    assert "comparing in Spark (--engine auto" in on_spark.stdout
+    assert_same_table(table("c3"), logged)
+
+    # 3. the in-process comparison of the same per-user tables (read here with pandas)
+    def read(path: str, order: list[str]) -> pd.DataFrame:
+        frame = pd.read_parquet(path).sort_values(order, kind="stable").reset_index(drop=True)
+        return frame.astype({"user": np.int64})
+
+    per_user = [
+        read(r.data.tags["model.per_user_uri"], ["user"]).set_index("user") for r in (base, cand)
+    ]
+    recs = [read(r.data.tags["model.topk_uri"], ["user", "rank"]) for r in (base, cand)]
+    train = pd.read_parquet(split_dir / "train.parquet")
+    test = pd.read_parquet(split_dir / "test.parquet")
+    spec = CompareSpec(n_resamples=200)
+    summaries = [
+        json.loads((folder / m / "result.json").read_text())["summary"]
+        for m in ("popularity", "item_knn")
+    ]
+    pair = compare_pair(
+        "popularity", "item_knn", (per_user[0], per_user[1]), list(per_user[0].columns), spec,
+        summaries=(summaries[0], summaries[1]),
+        segments=segment_data(train, per_user[0].index.to_numpy(), spec),
+        qrels=test[["user", "item"]].drop_duplicates().assign(relevance=1.0),
+        recs=(recs[0], recs[1]),
+    )  # fmt: skip
+    in_process = pd.concat(
+        [pair.table, pd.DataFrame([labels_row(labels["label"], spec)])], ignore_index=True
+    )
+    assert_same_table(in_process, logged)
+
+    # 4. the results folder's table gone: the run's artifact copy is read; gone from both: one
+    # error line naming the folder
+    gone = Path(base.data.tags["model.per_user_uri"])
+    shutil.rmtree(gone)
+    copy = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c4")
+    assert copy.returncode == 0, copy.stderr[-3000:]
+    assert_same_table(table("c4"), logged)
+    artifacts = Path(client.get_run(base.info.run_id).info.artifact_uri.removeprefix("file://"))
+    shutil.rmtree(artifacts / "per_user.parquet")
+    failed = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c5")
+    assert failed.returncode == 2
+    errors = [x for x in failed.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and str(gone) in errors[0] and "is gone" in errors[0], failed.stderr
