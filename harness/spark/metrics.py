@@ -362,3 +362,120 @@ def _popularity(train: Any, item_kind: str) -> pd.Series:
     )
     items = counts["item"].to_numpy(dtype=np.int64 if item_kind == "bigint" else object)
     return pd.Series(counts["count"].to_numpy(dtype=np.int64), index=items, name="count")
+
+
+# ------------------------------------------------------------- AUC counts over the catalog
+
+
+@dataclass(frozen=True)
+class _CountsView:
+    """What a score metric's ``compute`` reads of a batch (``users``, ``opts``, ``auc``), when
+    the AUC counts were counted over the whole catalog while ranking (no candidate rows: the
+    pooled score table comes from the pooled wins, see :func:`evaluate_auc_counts_spark`)."""
+
+    auc: Any
+    opts: Any
+    users: np.ndarray
+    candidates: tuple[np.ndarray, np.ndarray, np.ndarray] = (
+        np.zeros(0, np.int64),
+        np.zeros(0),
+        np.zeros(0, bool),
+    )
+
+
+def _counts_bucket(
+    named: dict[str, MetricSpec], opts: Any, user_kind: str, frame: pd.DataFrame
+) -> pd.DataFrame:
+    """``applyInPandas`` body: a bucket's per-user values and mergeable state from its users'
+    AUC counts, each metric by its own definition (``compute`` and ``reduction``), as
+    ``metrics.evaluate``'s ``_state`` builds them."""
+    from metrics.scores import AucCounts
+
+    n = len(frame)
+    counts = AucCounts(
+        frame["wins"].to_numpy(np.float64),
+        frame["n_pos"].to_numpy(np.float64),
+        frame["n_neg"].to_numpy(np.float64),
+    )
+    view = _CountsView(counts, opts, np.arange(n))
+    state = State()
+    everyone = np.ones(n, bool)
+    block: dict[str, Any] = {}
+    for i, (name, spec) in enumerate(named.items()):
+        d = spec.definition
+        part = d.part(view, spec)  # type: ignore[arg-type]
+        pieces = dict(part.pieces)
+        pieces.setdefault("undefined", np.isnan(part.values))
+        for template, piece in d.counts:
+            counted = pieces.get(piece, np.zeros(n))
+            state.counts[template.format(name=name)] = int(counted[everyone].sum())
+        d.reduction.state(state, name, part.values, pieces, everyone, opts)
+        block[f"m{i}"] = part.values
+    text = json.dumps({"sums": state.sums, "counts": state.counts})
+    ids = frame["user"].to_numpy(dtype=np.int64 if user_kind == "bigint" else object)
+    columns: dict[str, Any] = {
+        "_kind": np.r_[np.full(n, _USER, np.int32), np.int32(_STATE)].astype(np.int32),
+        "user": np.r_[ids, np.zeros(1, np.int64) if user_kind == "bigint" else [None]],
+    }
+    for i in range(len(named)):
+        columns[f"m{i}"] = np.r_[np.asarray(block[f"m{i}"], np.float64), np.nan]
+    columns["state"] = np.array([None] * n + [text], dtype=object)
+    return pd.DataFrame({k: pd.Series(v, dtype=v.dtype) for k, v in columns.items()})
+
+
+def evaluate_auc_counts_spark(
+    counts: DataFrame,
+    names: Iterable[str],
+    *,
+    pooled_wins: float,
+    buckets: int = 16,
+    per_user_path: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> metrics.Evaluation:
+    """Score metrics (AUC family) from per-user AUC counts over the whole catalog (a Spark
+    table user, wins, n_pos, n_neg: :func:`harness.spark.models.plugin_auc_counts`) and the
+    pooled wins: the in-process ``_catalog_scores`` on Spark. Each metric's own definition
+    gives the per-user values and its mergeable state per bucket of users; the pooled score
+    table is the few-row histogram with the same pair counts
+    (:func:`harness.spark.aggregate._pairs_histogram`); :func:`metrics.finish_state` finishes.
+    The per-user table (user, one column per name) is written to ``per_user_path``; nothing
+    per user reaches the driver."""
+    from pyspark.sql import functions as sf
+
+    from harness.spark.aggregate import _PAIRS, _pairs_histogram
+    from harness.spark.io import _id_kind
+
+    opts = resolve_options(None, **options)
+    named = _named(list(names))
+    user_kind = _id_kind(counts, "user")
+    cols = [("_kind", "int"), ("user", user_kind)]
+    cols += [(f"m{i}", "double") for i in range(len(named))] + [("state", "string")]
+    schema = ", ".join(f"{n} {k}" for n, k in cols)
+
+    def run(frame: pd.DataFrame) -> pd.DataFrame:
+        return _counts_bucket(named, opts, user_kind, frame)
+
+    keyed = counts.withColumn("_b", sf.pmod(sf.xxhash64("user"), sf.lit(int(buckets))))
+    with _python_errors(), _quiet():
+        out = keyed.groupBy("_b").applyInPandas(run, schema).cache()
+        try:
+            found = [
+                json.loads(r["state"]) for r in out.filter(sf.col("_kind") == _STATE).collect()
+            ]
+            state = metrics.merge_states(State(sums=p["sums"], counts=p["counts"]) for p in found)
+            total = counts.agg(sf.sum("n_pos").alias("p"), sf.sum("n_neg").alias("n")).first()
+            pos, neg = (int(total[c] or 0) if total is not None else 0 for c in ("p", "n"))
+            for name, spec in named.items():
+                key = spec.definition.reduction.table_key(name, spec)
+                if key is not None and not np.isnan(pooled_wins):
+                    wins2 = round(2 * pooled_wins)
+                    state.tables[key] = _pairs_histogram(pos, neg, wins2, _PAIRS)
+            if per_user_path is not None:
+                out.filter(sf.col("_kind") == _USER).select(
+                    "user", *[sf.col(f"m{i}").alias(n) for i, n in enumerate(named)]
+                ).write.mode("overwrite").parquet(os.fspath(per_user_path))
+        finally:
+            out.unpersist()
+    summary, found_counts = metrics.finish_state(state, list(named), None, **opts.as_dict())
+    empty = pd.DataFrame(columns=list(named), dtype=float)
+    return metrics.Evaluation(summary, empty, opts.as_dict(), found_counts)

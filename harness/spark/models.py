@@ -491,8 +491,8 @@ def _score_group(model: Any, frame: pd.DataFrame) -> pd.DataFrame:
     run, _ = _candidate_run(model, cand, users)
     return pd.DataFrame(
         {
-            "user": run["user"].to_numpy(dtype=cand["user"].dtype),
-            "item": run["item"].to_numpy(dtype=cand["item"].dtype),
+            "user": pd.Series(run["user"].to_numpy(), dtype=cand["user"].dtype),
+            "item": pd.Series(run["item"].to_numpy(), dtype=cand["item"].dtype),
             "score": run["score"].to_numpy(dtype=np.float64),
         }
     )
@@ -553,3 +553,101 @@ def plugin_ratings(spark: SparkSession, model: Any, pairs: DataFrame) -> DataFra
         return _predict_partition(shared.value, frames)
 
     return pairs.mapInPandas(run, schema)
+
+
+# ------------------------------------------------------------- AUC counts over the catalog
+
+
+def _relevant_codes(model: Any, users: np.ndarray, frame: pd.DataFrame) -> np.ndarray:
+    """The (row, item code) pairs of ``frame``'s relevant (user, item) rows among ``users``
+    (:meth:`harness.models.BaseRecommender.recommend_with_auc`'s ``pairs``)."""
+    ru = pd.Series(frame["user"].to_numpy(), dtype=_id_dtype(frame["user"])).to_numpy()
+    ri = pd.Series(frame["item"].to_numpy(), dtype=_id_dtype(frame["item"])).to_numpy()
+    rows, cols = pd.Index(users).get_indexer(ru), model._item_index.get_indexer(ri)
+    return np.unique(np.stack([rows, cols])[:, (rows >= 0) & (cols >= 0)], axis=1)
+
+
+def _group_users(frame: pd.DataFrame) -> np.ndarray:
+    """A group's distinct users, sorted, with the in-process id type."""
+    return np.sort(pd.unique(pd.Series(frame["user"].to_numpy(), dtype=_id_dtype(frame["user"]))))
+
+
+def _auc_group(model: Any, users: pd.DataFrame, relevant: pd.DataFrame) -> pd.DataFrame:
+    """``applyInPandas`` body: one group's AUC counts over the catalog (the model's score rows,
+    seen items excluded as it excludes them) and the scores of its relevant candidates."""
+    ids = _group_users(users)
+    pairs = _relevant_codes(model, ids, relevant)
+    _, _, counts, scored = model._rank(ids, 1, model.exclude_seen, pairs)
+    n, m = ids.size, scored.size
+    return pd.DataFrame(
+        {
+            "_kind": np.r_[np.zeros(n, np.int32), np.ones(m, np.int32)],
+            # score rows: any user of the group
+            "user": pd.Series(np.r_[ids, np.repeat(ids[:1], m)], dtype=ids.dtype),
+            "wins": np.r_[counts.wins, np.zeros(m)],
+            "n_pos": np.r_[np.asarray(counts.n_pos, np.float64), np.zeros(m)],
+            "n_neg": np.r_[np.asarray(counts.n_neg, np.float64), np.zeros(m)],
+            "score": np.r_[np.full(n, np.nan), scored],
+        }
+    )
+
+
+def _pooled_group(
+    model: Any, relevant_scores: Any, users: pd.DataFrame, relevant: pd.DataFrame
+) -> pd.DataFrame:
+    """``applyInPandas`` body: the wins of every relevant candidate (``relevant_scores``, all
+    users') over this group's irrelevant candidates (``BaseRecommender._pooled_wins``)."""
+    ids = _group_users(users)
+    pairs = _relevant_codes(model, ids, relevant)
+    wins = model._pooled_wins(ids, model.exclude_seen, pairs, relevant_scores.value)
+    return pd.DataFrame({"wins": [float(wins)]})
+
+
+def plugin_auc_counts(
+    spark: SparkSession,
+    model: Any,
+    users: DataFrame,
+    relevant: DataFrame,
+    *,
+    pooled: bool,
+    batch_users: int = 4096,
+) -> tuple[DataFrame, float]:
+    """Each user's AUC counts over the whole catalog from a fitted model that scores it
+    (``recommend_with_auc``'s, from the same score rows, per group of about ``batch_users``
+    users): a Spark table (user, wins, n_pos, n_neg), and with ``pooled`` the wins of every
+    relevant candidate over every user's irrelevant ones (``global_auc``'s numerator; NaN
+    otherwise). As in-process, the pooled pass compares each group's score rows with the
+    relevant candidates' scores of all users, which are collected and broadcast (one float per
+    relevant pair)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as sf
+
+    require_int("batch_users", batch_users)
+    n_users = users.select("user").distinct().count()
+    groups = max(1, -(-n_users // batch_users))
+    group = sf.pmod(sf.xxhash64("user"), sf.lit(groups)).alias("_g")
+    mine = users.select("user").distinct().select("user", group).groupBy("_g")
+    theirs = relevant.select("user", "item", group).groupBy("_g")
+    shared = spark.sparkContext.broadcast(model)
+    user_kind = _id_kind(users, "user")
+    schema = f"_kind int, user {user_kind}, wins double, n_pos double, n_neg double, score double"
+
+    def counts(u: pd.DataFrame, r: pd.DataFrame) -> pd.DataFrame:
+        return _auc_group(shared.value, u, r)
+
+    with _quiet():
+        out = mine.cogroup(theirs).applyInPandas(counts, schema)
+        out = out.persist(StorageLevel.MEMORY_AND_DISK)
+    table = out.filter(sf.col("_kind") == 0).select("user", "wins", "n_pos", "n_neg")
+    if not pooled:
+        return table, float("nan")
+    with _quiet():
+        scored = pd.DataFrame(out.filter(sf.col("_kind") == 1).select("score").toPandas())
+    relevant_scores = spark.sparkContext.broadcast(scored["score"].to_numpy(dtype=np.float64))
+
+    def wins(u: pd.DataFrame, r: pd.DataFrame) -> pd.DataFrame:
+        return _pooled_group(shared.value, relevant_scores, u, r)
+
+    with _quiet():
+        parts = mine.cogroup(theirs).applyInPandas(wins, "wins double").collect()
+    return table, float(sum(row["wins"] for row in parts))

@@ -438,12 +438,11 @@ def run_models_spark(
             evaluate = partial(_evaluate_part, spark, where, parts, buckets, opts)
             notes: list[str] = []
             by_score: metrics.Evaluation | None = None
-            not_on_spark: list[str] = []
             if mine is None:
                 run = lists.select("user", "item", (-sf.col("rank")).cast("double").alias("score"))
                 asked = [n for n in ranking if n not in score_names] or ["num_rel"]
                 if score_names and _scores_catalog_spark(model):
-                    not_on_spark = score_names
+                    outcome.info["auc_scope"] = "catalog"
                 elif score_names:
                     outcome.info["auc_scope"] = "topk"
                     notes.append(
@@ -459,7 +458,26 @@ def run_models_spark(
             ev = evaluate(qrels, run, asked, "ranking", train=sp.train, catalog=catalog, **side)
             summary = {n: ev.summary[n] for n in asked if n in suite.names}
             counts = dict(ev.counts)
-            if outcome.info.get("auc_scope") == "topk":
+            if outcome.info.get("auc_scope") == "catalog":
+                by_score = _catalog_auc(
+                    spark,
+                    model,
+                    sp.train,
+                    qrels,
+                    users,
+                    suite,
+                    score_names,
+                    parts,
+                    where,
+                    buckets=buckets,
+                    batch_users=batch_users,
+                    fit_sample=fit_sample,
+                    seed=seed,
+                    info=outcome.info,
+                )
+                summary |= by_score.summary
+                counts["auc_undefined_users"] = by_score.counts["auc_undefined_users"]
+            elif outcome.info.get("auc_scope") == "topk":
                 by_score = evaluate(
                     qrels, lists.select("user", "item", "score"), score_names, "scores"
                 )
@@ -489,12 +507,6 @@ def run_models_spark(
             tables.per_user[name] = per_user
             tables.uris[name] = {"topk": topk_uri, "per_user": per_user_uri}
             outcome.notes += notes
-            if not_on_spark:
-                outcome.notes.append(
-                    f"{', '.join(not_on_spark)} not computed on engine=spark: "
-                    f"{type(model).__name__} counts them over the whole catalog in-process "
-                    "(use candidates=sampled or candidates=file on Spark): NaN"
-                )
             if no_features:
                 outcome.notes.append(
                     f"{', '.join(n for n in suite.names if n in no_features)} skipped: the "
@@ -513,6 +525,53 @@ def run_models_spark(
     result = SparkExperimentResult(dataset, split, suite, outcomes, folder, options, tables=tables)
     save(result)
     return result
+
+
+def _catalog_auc(
+    spark: SparkSession,
+    model: Any,
+    train: DataFrame,
+    qrels: DataFrame,
+    users: DataFrame,
+    suite: MetricSuite,
+    names: list[str],
+    parts: list[tuple[str, list[str]]],
+    where: str,
+    *,
+    buckets: int | None,
+    batch_users: int,
+    fit_sample: float | None,
+    seed: int,
+    info: dict[str, Any],
+) -> metrics.Evaluation:
+    """Score metrics over the whole catalog, as the in-process ``_rank_catalog`` and
+    ``_catalog_scores`` compute them: every user's AUC counts from the model's score rows
+    (:func:`harness.spark.models.plugin_auc_counts`), finished by the metrics' definitions on
+    Spark (:func:`harness.spark.metrics.evaluate_auc_counts_spark`). A model ranked natively on
+    Spark (popularity) is fitted on the driver for its score rows."""
+    from pyspark.sql import functions as sf
+
+    from harness.spark.metrics import evaluate_auc_counts_spark
+    from harness.spark.models import fit_plugin, plugin_auc_counts
+
+    if not hasattr(model, "item_ids_"):
+        fit_plugin(model, train, sample=fit_sample, seed=seed)
+    opts = suite.evaluate_options()
+    threshold = metrics.resolve_options(**opts).relevance_threshold
+    relevant = qrels.filter(sf.col("relevance") >= threshold).select("user", "item")
+    pooled = any(metrics.parse(n).metric == "global_auc" for n in names)
+    with _python_errors(), _quiet():
+        table, wins = plugin_auc_counts(
+            spark, model, users, relevant, pooled=pooled, batch_users=batch_users
+        )
+        uri = _uri(where, "scores.parquet")
+        parts.append((uri, names))
+        ev = evaluate_auc_counts_spark(
+            table, names, pooled_wins=wins, buckets=buckets or 16, per_user_path=uri, **opts
+        )
+        ranked = table.agg(sf.sum("n_pos")).first()
+        info["auc_relevant_unranked"] = relevant.count() - int((ranked[0] or 0) if ranked else 0)
+    return ev
 
 
 def _evaluate_part(

@@ -9,6 +9,7 @@ against trec_eval, sklearn and hand counts); nothing expected here comes from th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -206,7 +207,7 @@ def assert_same_outcomes(want: Any, got: Any) -> None:
             lists_g[["user", "rank", "item"]], lists_w[["user", "rank", "item"]], obj=name
         )
         np.testing.assert_allclose(lists_g["score"], lists_w["score"], atol=TOL, rtol=0)
-        for key in ("auc_scope", "candidates_unscored"):
+        for key in ("auc_scope", "candidates_unscored", "auc_relevant_unranked"):
             assert g.info.get(key) == w.info.get(key), (name, key)
         assert g.evaluation.counts == w.evaluation.counts, name
         assert g.notes == w.notes, name
@@ -224,3 +225,84 @@ def test_sampled_candidates_metrics_equal_in_process(
         assert np.isfinite(got.outcomes["bias"].evaluation.summary[metric])
     assert np.isfinite(got.outcomes["bias"].evaluation.summary["rmse"])
     assert np.isnan(got.outcomes["popularity"].evaluation.summary["rmse"])
+
+
+def candidates_file(frame: pd.DataFrame, path: Path) -> str:
+    """A given candidate list: each user's own items, random catalog items and items unknown
+    to training (which no model can score: left out and counted)."""
+    rng = np.random.default_rng(9)
+    users = pd.unique(frame["user"])
+    rows = [frame[["user", "item"]].sample(200, random_state=2)]
+    rows.append(pd.DataFrame({"user": rng.choice(users, 400), "item": rng.integers(0, 34, 400)}))
+    pd.concat(rows).to_csv(path, index=False)
+    return str(path)
+
+
+def test_file_candidates_metrics_equal_in_process(spark: Any, tmp_path: Path) -> None:
+    frame = events(text=False)
+    spec = CandidateSpec(kind="file", path=candidates_file(frame, tmp_path / "cands.csv"))
+    want, got = both_runs(spark, tmp_path, frame, spec)
+    assert_same_outcomes(want, got)
+    assert got.outcomes["popularity"].info["candidates_unscored"] > 0  # items 30..33
+
+
+def test_full_catalog_score_and_rating_metrics_equal_in_process(spark: Any, tmp_path: Path) -> None:
+    """Without candidates: AUC over the whole catalog (popularity, the bias plug-in) or over
+    each top-k list (precomputed scores), RMSE/MAE of the plug-in, as in-process."""
+    want, got = both_runs(spark, tmp_path, events(text=False), CandidateSpec())
+    assert_same_outcomes(want, got)
+    assert got.outcomes["precomputed"].info["auc_scope"] == "topk"
+    assert got.outcomes["bias"].info["auc_scope"] == "catalog"
+
+
+def test_cli_engine_spark_sampled_candidates_equals_numpy(harness_cli: Any, tmp_path: Path) -> None:
+    """``python -m harness engine=spark candidates=sampled ...`` end to end: the same summary,
+    per-user values, lists and candidate stats as the numpy engine's run of the same config."""
+    common = [
+        "dataset=synthetic",
+        "dataset.n_users=40",
+        "dataset.n_items=30",
+        "dataset.n_events=600",
+        "model=[popularity,bias]",
+        "split=leave_one_out",
+        "candidates=sampled",
+        "candidates.n_negatives=8",
+        "candidates.sampling=popularity",
+        "metrics.k=5",
+        "metrics.names=[ndcg@5,recall@5,mrr,auc,gauc,global_auc,rmse,mae]",
+        "progress=false",
+        "compare.n_resamples=50",
+    ]
+    found = {}
+    for engine in ("numpy", "spark"):
+        cwd = tmp_path / engine
+        extra = ["engine=spark", "engine.master='local[2]'"] if engine == "spark" else []
+        proc = harness_cli.run(cwd, *common, *extra, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "sampled candidates" in proc.stderr  # the biased-estimate warning
+        found[engine] = next((cwd / "runs" / "results").rglob("summary.csv")).parent
+    dir_n, dir_s = found["numpy"], found["spark"]
+    summary_n = pd.read_csv(dir_n / "summary.csv", index_col=0)
+    summary_s = pd.read_csv(dir_s / "summary.csv", index_col=0)
+    assert list(summary_s.index) == ["popularity", "bias"]
+    assert np.isfinite(summary_n.loc["bias"]).all()  # every metric has a value in-process
+    np.testing.assert_allclose(summary_s.to_numpy(), summary_n.to_numpy(), atol=TOL, rtol=0)
+    for model in summary_n.index:
+        a = pd.read_parquet(dir_n / model / "per_user.parquet")
+        b = pd.read_parquet(dir_s / model / "per_user.parquet").set_index("user")
+        assert sorted(b.index) == sorted(a.index)
+        b = b.reindex(index=a.index, columns=a.columns)
+        np.testing.assert_allclose(b.to_numpy(), a.to_numpy(), atol=TOL, rtol=0)
+        lists_n, lists_s = (
+            pd.read_parquet(d / model / "topk.parquet").sort_values(
+                ["user", "rank"], ignore_index=True
+            )
+            for d in (dir_n, dir_s)
+        )
+        pd.testing.assert_frame_equal(
+            lists_s[["user", "rank", "item"]], lists_n[["user", "rank", "item"]]
+        )
+    info_n = json.loads((dir_n / "bias" / "result.json").read_text())
+    info_s = json.loads((dir_s / "bias" / "result.json").read_text())
+    assert info_s["counts"] == info_n["counts"]
+    assert info_s["info"]["candidates_unscored"] == info_n["info"]["candidates_unscored"]
