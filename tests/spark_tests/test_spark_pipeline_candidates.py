@@ -268,8 +268,8 @@ def test_cli_engine_spark_sampled_candidates_equals_numpy(harness_cli: Any, tmp_
         "candidates=sampled",
         "candidates.n_negatives=8",
         "candidates.sampling=popularity",
-        "metrics.k=5",
-        "metrics.names=[ndcg@5,recall@5,mrr,auc,gauc,global_auc,rmse,mae]",
+        "metrics.k=10",
+        "metrics.names=[ndcg@10,recall@10,mrr,auc,gauc,global_auc,rmse,mae]",
         "progress=false",
         "compare.n_resamples=50",
     ]
@@ -306,3 +306,50 @@ def test_cli_engine_spark_sampled_candidates_equals_numpy(harness_cli: Any, tmp_
     info_s = json.loads((dir_s / "bias" / "result.json").read_text())
     assert info_s["counts"] == info_n["counts"]
     assert info_s["info"]["candidates_unscored"] == info_n["info"]["candidates_unscored"]
+
+
+def test_mllib_als_ranks_only_within_candidates(spark: Any, tmp_path: Path) -> None:
+    """SparkALS (no in-process twin): its lists hold only the user's candidates, best
+    predicted first; its metrics equal ``metrics.evaluate`` on the candidate scores it wrote;
+    the sampled negatives are the in-process ones."""
+    import metrics
+    from harness.spark.candidates import build_candidates_spark
+    from harness.spark.models import SparkALS
+    from harness.spark.pipeline import run_models_spark
+
+    frame = events(text=False)
+    df, sp, split = both_splits(spark, frame)
+    spec = CandidateSpec(kind="sampled", n_negatives=6, seed=2)
+    cands_s, _ = build_candidates_spark(spec, sp)
+    cands, _ = build_candidates(spec, split, None)
+    suite = MetricSuite(k=3, names=("ndcg@3", "recall@3", "auc", "global_auc"))
+    got = run_models_spark(
+        spark,
+        Dataset("tiny", frame, "synthetic"),
+        df,
+        sp,
+        split,
+        {"als": SparkALS(factors=4, iterations=3, seed=1)},
+        suite,
+        tmp_path / "spark",
+        candidates=cands_s,
+        buckets=3,
+    )
+    outcome = got.outcomes["als"]
+    assert outcome.error is None, outcome.error
+    assert outcome.info["auc_scope"] == "candidates"
+    scored = pd.read_parquet(outcome.info["scores_uri"])
+    assert outcome.info["candidates_unscored"] == len(cands) - len(scored)
+    allowed = set(zip(cands["user"], cands["item"], strict=True))
+    lists = outcome.recommendations
+    assert set(zip(lists["user"], lists["item"], strict=True)) <= allowed
+    best = scored.sort_values(["user", "score", "item"], ascending=[True, False, True])
+    best = best.groupby("user").head(3)
+    assert list(zip(lists["user"], lists["item"], strict=True)) == list(
+        zip(best["user"], best["item"], strict=True)
+    )
+    truth = split.test.groupby(["user", "item"], as_index=False).size()
+    truth = truth.assign(relevance=1.0)[["user", "item", "relevance"]]
+    want = metrics.evaluate(truth, scored, list(suite.names))
+    for name in suite.names:
+        assert abs(outcome.evaluation.summary[name] - want.summary[name]) <= TOL, name
