@@ -298,7 +298,7 @@ def _row(r: dict, ref: dict) -> tuple[object, ...]:
     """One table row; times and values relative to ours with int ids."""
     n, t, ids = r["users"], r["tool"], r["ids"]
     if "error" in r:
-        return (n, t, ids, r["error"], "", "", "", "")
+        return (n, t, ids, r["error"], "", "", "", "", "")
     vals = r["values"]
     note = ""
     if t == "ranx":
@@ -311,11 +311,15 @@ def _row(r: dict, ref: dict) -> tuple[object, ...]:
     if t == "ours" and r["runs"] > 1:
         note = f"fastest of {r['runs']} runs"
     ratio = r["seconds"] / ref["seconds"] if "seconds" in ref else float("nan")
+    cpu_ratio = ""
+    if t != "kernel" and "cpu_seconds" in ref:
+        cpu_ratio = f"{r['cpu_seconds'] / ref['cpu_seconds']:.2f}x"
     if "values" in ref:
         diff = max(abs(vals[m] - ref["values"][m]) for m in METRICS if m in vals)
         note = f"max |diff| {diff:.1e}; {note}".strip("; ")
     cpu = f"{r['cpu_seconds']:.2f}" if t != "kernel" else ""
-    return (n, t, ids, f"{r['seconds']:.2f}", cpu, f"{r['peak_mb']:.0f}", f"{ratio:.2f}x", note)
+    wall = f"{ratio:.2f}x"
+    return (n, t, ids, f"{r['seconds']:.2f}", cpu, f"{r['peak_mb']:.0f}", wall, cpu_ratio, note)
 
 
 def main() -> None:
@@ -352,7 +356,17 @@ def main() -> None:
         rows += [_row(r, ref) for r in res.values()]
         if n > args.peers_max:
             rows += [
-                (n, t, "str", "not run", "", "", "", "out of memory at 20 GB per shared/NOTES.md")
+                (
+                    n,
+                    t,
+                    "str",
+                    "not run",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "out of memory at 20 GB per shared/NOTES.md",
+                )
                 for t in ("ranx", "pytrec_eval")
             ]
         for ids in IDS[1:]:
@@ -361,11 +375,24 @@ def main() -> None:
                 wall = other["seconds"] / ref["seconds"]
                 cpu = other["cpu_seconds"] / ref["cpu_seconds"]
                 ratios.append(f"{n} users, {ids}/int: {wall:.2f} (CPU {cpu:.2f})")
-    header = ("users", "tool", "ids", "seconds", "CPU s", "peak MB", "time / ours int", "notes")
+    header = (
+        "users",
+        "tool",
+        "ids",
+        "seconds",
+        "CPU s",
+        "peak MB",
+        "wall / ours int",
+        "CPU / ours int",
+        "notes",
+    )
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)))
-    print("\nours, time with string-like ids / time with int ids: " + "; ".join(ratios))
+    print(
+        "\nours, time with string-like ids / time with int ids (target: CPU <= 1.30): "
+        + "; ".join(ratios)
+    )
     load = ", ".join(f"{a:.1f}" for a in load_start)
     load_end = ", ".join(f"{a:.1f}" for a in os.getloadavg())
     print(

@@ -14,7 +14,7 @@ def top_k(scores: np.ndarray, ties: np.ndarray, k: int) -> np.ndarray:
     """Column indices of each row's ``k`` best entries, best first.
 
     Order: score descending, then tie key ascending. ``scores`` is ``float[b, w]`` padded with
-    ``-inf``; ``ties`` is ``int64[b, w]``, distinct within a row (padding too). Selection uses
+    ``-inf``; ``ties`` is ``int[b, w]``, distinct within a row (padding too). Selection uses
     ``np.partition`` for the k-th largest score, so only rows with ties at that boundary pay for
     a sort of their tie keys; the chosen ``k`` are then ordered with one small lexsort.
 
@@ -29,7 +29,8 @@ def top_k(scores: np.ndarray, ties: np.ndarray, k: int) -> np.ndarray:
     chosen = scores >= kth
     crowded = np.flatnonzero(chosen.sum(axis=1) > k)  # ties at the k-th score exceed the slots
     if crowded.size:
-        sub, cut, keys = scores[crowded], kth[crowded], ties[crowded]
+        # int64: the fill below must exceed every key (int32 keys would wrap it to -1)
+        sub, cut, keys = scores[crowded], kth[crowded], ties[crowded].astype(np.int64)
         greater, equal = sub > cut, sub == cut
         slots = k - greater.sum(axis=1)
         tied = np.where(equal, keys, np.iinfo(np.int64).max)
