@@ -269,7 +269,7 @@ def test_cli_engine_spark_sampled_candidates_equals_numpy(harness_cli: Any, tmp_
         "candidates.n_negatives=8",
         "candidates.sampling=popularity",
         "metrics.k=10",
-        "metrics.names=[ndcg@10,recall@10,mrr,auc,gauc,global_auc,rmse,mae]",
+        "metrics.names=[ndcg@10,recall@10,mrr,coverage@10,novelty@10,auc,gauc,global_auc,rmse,mae]",
         "progress=false",
         "compare.n_resamples=50",
     ]
