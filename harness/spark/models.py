@@ -559,10 +559,10 @@ def plugin_ratings(spark: SparkSession, model: Any, pairs: DataFrame) -> DataFra
 
 
 def _relevant_codes(model: Any, users: np.ndarray, frame: pd.DataFrame) -> np.ndarray:
-    """The (row, item code) pairs of ``frame``'s relevant (user, item) rows among ``users``
+    """The (row, item code) pairs of ``frame``'s relevant (``_u``, ``_i``) rows among ``users``
     (:meth:`harness.models.BaseRecommender.recommend_with_auc`'s ``pairs``)."""
-    ru = pd.Series(frame["user"].to_numpy(), dtype=_id_dtype(frame["user"])).to_numpy()
-    ri = pd.Series(frame["item"].to_numpy(), dtype=_id_dtype(frame["item"])).to_numpy()
+    ru = pd.Series(frame["_u"].to_numpy(), dtype=_id_dtype(frame["_u"])).to_numpy()
+    ri = pd.Series(frame["_i"].to_numpy(), dtype=_id_dtype(frame["_i"])).to_numpy()
     rows, cols = pd.Index(users).get_indexer(ru), model._item_index.get_indexer(ri)
     return np.unique(np.stack([rows, cols])[:, (rows >= 0) & (cols >= 0)], axis=1)
 
@@ -625,9 +625,13 @@ def plugin_auc_counts(
     require_int("batch_users", batch_users)
     n_users = users.select("user").distinct().count()
     groups = max(1, -(-n_users // batch_users))
-    group = sf.pmod(sf.xxhash64("user"), sf.lit(groups)).alias("_g")
-    mine = users.select("user").distinct().select("user", group).groupBy("_g")
-    theirs = relevant.select("user", "item", group).groupBy("_g")
+    mine = users.select("user").distinct()
+    mine = mine.select("user", sf.pmod(sf.xxhash64("user"), sf.lit(groups)).alias("_g"))
+    # the relevant pairs under new column names: both sides may come from one table (the
+    # truth), and Spark refuses a cogroup whose sides share column references
+    theirs = relevant.select(sf.col("user").alias("_u"), sf.col("item").alias("_i"))
+    theirs = theirs.select("_u", "_i", sf.pmod(sf.xxhash64("_u"), sf.lit(groups)).alias("_g"))
+    by_user, by_pair = mine.groupBy("_g"), theirs.groupBy("_g")
     shared = spark.sparkContext.broadcast(model)
     user_kind = _id_kind(users, "user")
     schema = f"_kind int, user {user_kind}, wins double, n_pos double, n_neg double, score double"
@@ -636,7 +640,7 @@ def plugin_auc_counts(
         return _auc_group(shared.value, u, r)
 
     with _quiet():
-        out = mine.cogroup(theirs).applyInPandas(counts, schema)
+        out = by_user.cogroup(by_pair).applyInPandas(counts, schema)
         out = out.persist(StorageLevel.MEMORY_AND_DISK)
     table = out.filter(sf.col("_kind") == 0).select("user", "wins", "n_pos", "n_neg")
     if not pooled:
@@ -649,5 +653,5 @@ def plugin_auc_counts(
         return _pooled_group(shared.value, relevant_scores, u, r)
 
     with _quiet():
-        parts = mine.cogroup(theirs).applyInPandas(wins, "wins double").collect()
+        parts = by_user.cogroup(by_pair).applyInPandas(wins, "wins double").collect()
     return table, float(sum(row["wins"] for row in parts))
