@@ -12,11 +12,18 @@ What reaches the driver (bounded by ``driver_rows``):
 
 - always: aggregate rows (split stats, checks, each bucket's metric state, count tables keyed
   by item), the training rows a plug-in model is fitted on (or its ``fit_sample``), the
-  per-item training counts novelty/popularity need;
+  per-item training counts novelty/popularity need; for ``global_auc`` over the whole catalog,
+  the score of each relevant test pair (broadcast back, as the numpy engine holds them), and
+  the popularity model's training rows when it counts AUC over the catalog;
 - only when the table has at most ``driver_rows`` rows: a copy of the events, of the split
   parts, of each model's top-k lists and per-user table, for the stages still run in-process
   (the report's counts, MLflow's dataset digests, ``gate.promote`` and A/B sizing from per-user
   values). Above it those copies are empty frames.
+
+With ``candidates=sampled`` / ``file`` (:func:`build_candidates_spark`, built in Spark), each
+test user's candidates are scored on Spark (:func:`model_candidates`) and ranked among
+themselves; score metrics (AUC family) and rating metrics (RMSE/MAE) are computed as in-process
+(see :func:`run_models_spark`).
 
 The comparison (:func:`compare_result_spark`) runs on the Spark tables
 (:attr:`SparkExperimentResult.tables`) at every size.
@@ -355,15 +362,16 @@ def run_models_spark(
 
     As in-process (:func:`harness.experiment._evaluate`): over the full catalog, lists are
     ranked by the model's order (metrics score by rank) and score metrics (AUC family) are
-    computed over each user's top-k list and its scores when the model does not score the whole
-    catalog (``auc_scope=topk``, with the in-process note); with ``candidates`` (user, item),
+    computed over every unseen catalog item for a model that scores the catalog
+    (``auc_scope=catalog``: popularity, plug-ins built on ``BaseRecommender._score``; see
+    :func:`_catalog_auc`), else over each user's top-k list and its scores
+    (``auc_scope=topk``, with the in-process note); with ``candidates`` (user, item),
     each test user's candidates are scored (``candidate_scores.parquet``; unscorable ones left
     out and counted in ``candidates_unscored``), the top-k is the best-scored candidates (ties
     by item id) and every ranking and score metric is computed from those scores
     (``auc_scope=candidates``). Rating metrics (RMSE/MAE) come from a plug-in's
     ``predict_ratings`` on the test pairs (mean rating per pair), else NaN with the in-process
-    note. Still NaN on Spark, with a note: score metrics of a model that counts them over the
-    whole catalog in-process (popularity, plug-ins built on ``_score``) without candidates.
+    note. Metrics that need item categories the dataset lacks are NaN with the in-process note.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
