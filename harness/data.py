@@ -454,15 +454,17 @@ def normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
                 )
             return pd.Series(v.astype(np.int64), index=s.index)
         return s.astype(str)
-    text = s.astype(str).str.strip()
+    # text: one hash of the column, then the string work on its distinct values only
+    codes, uniques = pd.factorize(s, sort=False)
+    text = pd.Series(uniques, copy=False).astype(str).str.strip()
     integral = text.str.fullmatch(_INTEGRAL_TEXT).to_numpy(dtype=bool)
     if integral.all():
         digits = text.str.replace(r"\.0+$", "", regex=True)
         ints = _text_to_int64(digits)
         if ints is not None:
-            return pd.Series(ints, index=s.index)
-    _check_near_duplicates(text, integral, source, label)
-    return text
+            return pd.Series(ints[codes], index=s.index)
+    _check_near_duplicates(text, integral, codes, source, label)
+    return pd.Series(text.array.take(codes), index=s.index)
 
 
 def _typed_object_ids(s: pd.Series, source: str, label: str) -> pd.Series:
@@ -495,8 +497,13 @@ def _typed_object_ids(s: pd.Series, source: str, label: str) -> pd.Series:
     )
 
 
-def _check_near_duplicates(text: pd.Series, integral: np.ndarray, source: str, label: str) -> None:
-    """Refuse text ids that only differ in how a number is written ('70', '70.0', '+70')."""
+def _check_near_duplicates(
+    text: pd.Series, integral: np.ndarray, codes: np.ndarray, source: str, label: str
+) -> None:
+    """Refuse text ids that only differ in how a number is written ('70', '70.0', '+70').
+
+    ``text`` holds the column's distinct values (stripped), ``codes`` each row's index into it.
+    """
     uniq = pd.Series(pd.unique(text), dtype=object)
     numeric = uniq[uniq.str.fullmatch(_NUMBER_TEXT).to_numpy(dtype=bool)]
     if len(numeric) < 2:
@@ -513,9 +520,9 @@ def _check_near_duplicates(text: pd.Series, integral: np.ndarray, source: str, l
     first_key = key[clash].iloc[0]
     a, b = numeric[(key == first_key).to_numpy()].iloc[:2]
     values = text.to_numpy()
-    row_a, row_b = int(np.argmax(values == a)), int(np.argmax(values == b))
+    row_a, row_b = (int(np.argmax(np.isin(codes, np.flatnonzero(values == v)))) for v in (a, b))
     why = (
-        f" (ids are text because of e.g. {_show(text.iloc[int(np.argmin(integral))])})"
+        f" (ids are text because of e.g. {_show(values[codes[np.argmin(integral[codes])]])})"
         if not integral.all()
         else ""
     )
