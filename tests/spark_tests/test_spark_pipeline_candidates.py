@@ -246,10 +246,13 @@ def test_file_candidates_metrics_equal_in_process(spark: Any, tmp_path: Path) ->
     assert got.outcomes["popularity"].info["candidates_unscored"] > 0  # items 30..33
 
 
-def test_full_catalog_score_and_rating_metrics_equal_in_process(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", [False, True])
+def test_full_catalog_score_and_rating_metrics_equal_in_process(
+    spark: Any, tmp_path: Path, text: bool
+) -> None:
     """Without candidates: AUC over the whole catalog (popularity, the bias plug-in) or over
     each top-k list (precomputed scores), RMSE/MAE of the plug-in, as in-process."""
-    want, got = both_runs(spark, tmp_path, events(text=False), CandidateSpec())
+    want, got = both_runs(spark, tmp_path, events(text), CandidateSpec())
     assert_same_outcomes(want, got)
     assert got.outcomes["precomputed"].info["auc_scope"] == "topk"
     assert got.outcomes["bias"].info["auc_scope"] == "catalog"
