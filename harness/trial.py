@@ -6,16 +6,15 @@ configures the sweeper) and runs ``python -m harness.trial --config-dir D --conf
 The sweeper asks Optuna for parameters, overrides ``model.<name>.<param>`` with them and calls
 :func:`task` once per trial: it fits the model on the split's **train** part, scores it on the
 **validation** part only (:func:`score_on_validation`; the test part is never read) and returns
-the objective (NaN for a failed trial, which the sweeper records as failed). Each trial is an
-MLflow run nested under the model's tuning parent run, with its parameters and validation metrics;
-the parent gets the objective at step = trial number (the validation curve).
+the objective (a failed trial raises: the sweeper records it as failed and goes on). Each trial
+is an MLflow run nested under the model's tuning parent run, with its parameters and validation
+metrics; the parent gets the objective at step = trial number (the validation curve).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -139,10 +138,23 @@ def _build(cfg: DictConfig, name: str) -> Recommender:
     return models[name]
 
 
+def _one_line(err: BaseException) -> str:
+    """``Type: first line`` of the innermost cause (Hydra wraps a constructor's own error)."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
+class TrialError(RuntimeError):
+    """A trial's model failed; the sweeper records the trial as failed and goes on."""
+
+
 def task(cfg: DictConfig) -> float:
     """One trial: build, fit on train, score on validation, log the MLflow run; return the
-    objective, or NaN when the trial failed (its one-line error is on stderr, on the Optuna
-    trial as user attribute ``error`` and on the MLflow run as tag ``error``)."""
+    objective. A failed trial raises :class:`TrialError` (the sweeper records it as failed);
+    its one-line error is printed, on the Optuna trial (user attribute ``error``) and on the
+    MLflow run (tag ``error``)."""
     from harness.cli import engine_of, suite_of
 
     plain = OmegaConf.to_container(cfg.trial, resolve=True)
@@ -179,14 +191,13 @@ def task(cfg: DictConfig) -> float:
             )
         status = "FINISHED"
     except Exception as err:
-        text = str(err).strip()
-        message = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
-        print(f"trial {number} of {name} failed: {message}", file=sys.stderr, flush=True)
+        message = _one_line(err)
+        print(f"trial {number} of {name} failed: {message}", flush=True)
         if trial is not None:
             trial.set_user_attr("error", message)
         if run_id is not None:
             tracker.log(run_id, tags={"error": message})
-        return math.nan
+        raise TrialError(message) from None
     except BaseException:
         status = "KILLED"
         raise

@@ -1,28 +1,31 @@
 """``python -m harness.tune``: tune every selected model on validation, then test the best once.
 
-For each selected model with a ``search_space`` (see :func:`parse_dimension` for the grammar), an
-Optuna study samples parameters; each trial fits on the split's **train** part and is scored on
-its **validation** part only (the test part is never passed to a trial). The objective is a metric
-of the suite (``tune.objective``), maximized or minimized as the metric's ``higher_is_better``
-says; the budget is ``tune.trials`` and/or ``tune.timeout`` seconds per model. Every trial is an
-MLflow run nested under the model's tuning parent run (experiment ``<name>-tuning``), with its
-parameters and validation metrics; the parent holds the validation curve (step = trial number).
+For each selected model with a ``search_space`` (see :func:`parse_dimension` for the grammar), one
+sweep of Hydra's Optuna sweeper (``hydra-optuna-sweeper`` 1.3.0) runs in a subprocess,
+``python -m harness.trial -m``, on a config written next to the study: the composed experiment,
+the search space as ``hydra.sweeper.params`` (:func:`sweeper_params`) and the study's storage,
+name, direction, trial count and seed. Each trial (a Hydra job, :func:`harness.trial.task`) fits
+on the split's **train** part and is scored on its **validation** part only (the test part is
+never read). The objective is a metric of the suite (``tune.objective``), maximized or minimized
+as the metric's ``higher_is_better`` says; the budget is ``tune.trials`` and/or ``tune.timeout``
+seconds per model, the same for every model. Every trial is an MLflow run nested under the
+model's tuning parent run (experiment ``<name>-tuning``), with its parameters and validation
+metrics; the parent holds the validation curve (step = trial number).
+
 Studies live in sqlite under ``tune.storage`` (one file per model, split, data and search space),
-so rerunning an interrupted command resumes it: finished trials count against the budget, a trial
-cut short is run again with the same parameters.
+so rerunning an interrupted command resumes it: before a sweep starts, the finished trials are
+counted against the budget (the sweeper is asked for the rest only) and a trial a killed sweep
+left running is marked failed (``interrupted``) and queued again with the same parameters, once.
 
 Then (``tune.refit=true``) the best parameters are written into the model configs, the split is
 made again without validation (so training = train + validation) and the normal experiment runs
 once (:func:`harness.cli.run`): that run is the one compared, gated, reported and logged, with
 the tuning results under its ``tune.result`` parameters.
 
-Why not Hydra's Optuna sweeper: ``hydra-optuna-sweeper`` 1.3.0 (the latest) requires
-``optuna<3``, and optuna 2.10's sqlite storage fails on the SQLAlchemy 2.x that MLflow 3 installs
-(``AssertionError`` reading its schema version), so a stored, resumable study is impossible with
-it; its budget is trials per invocation (no time budget, a resumed sweep runs the full count
-again), a trial is a whole Hydra job (data loaded and split again each time), and a sweep has no
-step after the last trial for the refit-and-test-once. The search spaces are in the same model
-configs either way.
+Exit codes: 0; 1 (:data:`EXIT_TUNING_FAILED`) when every trial of some model failed (its line
+says the last error; the test run, if any, uses its configured parameters); 2 for bad input;
+130 (:data:`EXIT_INTERRUPTED`) when interrupted or a sweep stopped before its budget (rerun the
+same command to resume).
 """
 
 from __future__ import annotations
@@ -34,10 +37,10 @@ import hashlib
 import json
 import math
 import re
+import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator, Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,9 +51,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 import metrics
-from harness.datasets import Dataset
-from harness.experiment import Evaluator, MetricSuite, run_models
-from harness.models import SEARCH_SPACE_KEY, Recommender, without_search_space
+from harness.models import SEARCH_SPACE_KEY, without_search_space
 from harness.promote import _num
 from harness.split import Split
 from metrics.checks import require_choice, require_int
@@ -62,8 +63,9 @@ __all__ = [
     "TuneSpec",
     "parse_dimension",
     "search_space_of",
+    "sweeper_params",
     "tune",
-    "tune_models",
+    "tune_one",
     "tuning_record",
     "validation_view",
 ]
@@ -225,6 +227,7 @@ class TuneOutcome:
     trials: pd.DataFrame = field(default_factory=pd.DataFrame)
     parent_run: str | None = None
     error: str | None = None
+    stopped: str | None = None  # the sweep was cut off before its budget: rerun to resume
 
     def summary(self) -> dict[str, Any]:
         """Plain values for the final run's ``tune.result.<model>`` config node."""
@@ -303,9 +306,10 @@ def _optuna() -> Any:
         import optuna
     except ImportError:
         raise ImportError(
-            "tuning needs the optional package 'optuna': pip install 'recsys-harness[tune]'"
+            "tuning needs the optional packages of Hydra's Optuna sweeper: "
+            "pip install 'recsys-harness[tune]'"
         ) from None
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # failed trials: our own one line
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     return optuna
 
 
@@ -313,13 +317,12 @@ def _resume(optuna: Any, study: Any, storage: Any) -> tuple[int, list[int]]:
     """Prepare a stored study for more trials; return how many count against the budget and
     the numbers of the trials found interrupted now.
 
-    Trials left ``RUNNING`` (a killed process: the lock says no other process is tuning) are
-    marked failed; those and trials stopped by an interrupt are queued again with the same
-    parameters, once. Complete trials and trials that failed on their own count.
+    Trials left ``RUNNING`` (a killed sweep: the lock says no other process is tuning) are
+    marked failed and ``interrupted``; those are queued again with the same parameters, once
+    (the sweeper asks the queued trial first). Complete and failed trials count.
     """
     states = optuna.trial.TrialState
     requeued = set(study.user_attrs.get("requeued", []))
-    study_id = storage.get_study_id_from_name(study.study_name)
     again = []
     counted = 0
     stale = []
@@ -328,26 +331,33 @@ def _resume(optuna: Any, study: Any, storage: Any) -> tuple[int, list[int]]:
             t.state == states.FAIL and t.user_attrs.get("interrupted")
         )
         if t.state == states.RUNNING:
-            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-            storage.set_trial_user_attr(trial_id, "interrupted", True)
-            storage.set_trial_state_values(trial_id, states.FAIL)
+            storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            storage.set_trial_state(t._trial_id, states.FAIL)
             stale.append(t.number)
         if interrupted and t.number not in requeued and t.params:
             again.append(t)
         elif not interrupted and t.state in (states.COMPLETE, states.FAIL, states.PRUNED):
             counted += 1
     for t in again:
-        study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+        with warnings.catch_warnings():  # "experimental" in optuna 2.10
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.enqueue_trial(dict(t.params))  # optuna 2.10: no user_attrs here
+        waiting = study.get_trials(deepcopy=False, states=(states.WAITING,))[-1]
+        storage.set_trial_user_attr(waiting._trial_id, "retry_of", t.number)
         requeued.add(t.number)
     if again:
         study.set_user_attr("requeued", sorted(requeued))
     return counted, stale
 
 
-def _trials_frame(study: Any) -> pd.DataFrame:
-    """One row per trial: number, state, value, seconds, params (``param.<name>``), error."""
+def _trials_frame(study: Any, name: str) -> pd.DataFrame:
+    """One row per finished or running trial: number, state, value, seconds, params
+    (``param.<name>``, the model's parameter names), error."""
+    prefix = f"model.{name}."
     rows = []
     for t in study.get_trials(deepcopy=False):
+        if t.state.name == "WAITING":  # queued again, not run yet
+            continue
         seconds = (
             (t.datetime_complete - t.datetime_start).total_seconds()
             if t.datetime_complete and t.datetime_start
@@ -359,7 +369,7 @@ def _trials_frame(study: Any) -> pd.DataFrame:
                 "state": t.state.name,
                 "value": t.value,
                 "seconds": seconds,
-                **{f"param.{k}": v for k, v in t.params.items()},
+                **{f"param.{k.removeprefix(prefix)}": v for k, v in t.params.items()},
                 "error": t.user_attrs.get("error"),
                 "interrupted": bool(t.user_attrs.get("interrupted", False)),
             }
@@ -367,207 +377,145 @@ def _trials_frame(study: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@dataclass(frozen=True)
-class _Context:
-    """What every trial of one tuning command shares."""
-
-    vsplit: Split
-    vdataset: Dataset
-    suite: MetricSuite
-    spec: TuneSpec
-    evaluate: Evaluator
-    tracker: Any  # a harness.tracking.Tracker, or None
+# ----------------------------------------------------------------------------- the sweeper
 
 
-def tune_models(
-    dataset: Dataset,
-    split: Split,
-    builders: Mapping[str, Callable[[dict[str, Any]], Recommender]],
-    spaces: Mapping[str, Mapping[str, Dimension]],
-    suite: MetricSuite,
-    spec: TuneSpec,
-    study_names: Mapping[str, str],
-    *,
-    evaluate: Evaluator = metrics.evaluate,
-    tracker: Any = None,
-    progress: bool = True,
-) -> dict[str, TuneOutcome]:
-    """Tune each model of ``spaces`` on ``split``'s validation part; return the outcomes.
+def _override_value(value: Any) -> str:
+    """A choice as Hydra's override grammar reads it back as the same value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z_][\w-]*", text) and text.lower() not in (
+        "true",
+        "false",
+        "null",
+        "nan",
+        "inf",
+    ):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
-    ``builders[name](params)`` builds the model with ``params`` overriding its configured ones
-    (it raises when they are invalid: that trial fails, the others go on). Reads ``split.train``
-    and ``split.valid`` only: neither ``split.test`` nor ``dataset.frame`` is touched (the
-    validation catalog is the items of train and validation).
+
+def sweeper_params(name: str, space: Mapping[str, Dimension]) -> dict[str, str]:
+    """``hydra.sweeper.params`` of model ``name``'s search space: ``model.<name>.<param>``.
+
+    >>> sweeper_params("als", {"factors": parse_dimension("factors", "int(8, 256, log)")})
+    {'model.als.factors': 'tag(log, int(interval(8, 256)))'}
+    >>> sweeper_params("als", {"reg": parse_dimension("reg", "float(1, 10)")})
+    {'model.als.reg': 'interval(1.0, 10.0)'}
     """
-    vsplit = validation_view(split)
-    frame = pd.concat([vsplit.train, vsplit.test], ignore_index=True)
-    vdataset = replace(dataset, name=f"{dataset.name}:validation", frame=frame)  # side inputs kept
-    names = tuple(suite.names) + (() if spec.objective in suite.names else (spec.objective,))
-    cutoff = metrics.parse(spec.objective).k or 0
-    vsuite = replace(suite, names=names, k=max(suite.k, cutoff))
-    ctx = _Context(vsplit, vdataset, vsuite, spec, evaluate, tracker)
-    outcomes = {}
-    for name, space in spaces.items():
-        outcomes[name] = _tune_one(name, builders[name], dict(space), study_names[name], ctx)
-        if progress:
-            print(format_outcome(outcomes[name], spec), flush=True)
-    return outcomes
+    out = {}
+    for key, dim in space.items():
+        if dim.kind == "choice":
+            text = f"choice({', '.join(_override_value(c) for c in dim.choices)})"
+        elif dim.kind == "int":
+            text = f"int(interval({int(dim.low)}, {int(dim.high)}))"  # type: ignore[arg-type]
+        else:  # float bounds always: whole-number bounds would make an int range
+            text = f"interval({float(dim.low)!r}, {float(dim.high)!r})"  # type: ignore[arg-type]
+        out[f"model.{name}.{key}"] = f"tag(log, {text})" if dim.log else text
+    return out
 
 
-def _tune_one(
-    name: str,
-    build: Callable[[dict[str, Any]], Recommender],
-    space: dict[str, Dimension],
-    study_name: str,
-    ctx: _Context,
-) -> TuneOutcome:
-    """Run (or resume) one model's study to its budget."""
-    optuna = _optuna()
-    spec = ctx.spec
-    folder = Path(spec.storage)
-    folder.mkdir(parents=True, exist_ok=True)
-    db = folder / f"{study_name}.db"
-    url = f"sqlite:///{db}"
-    outcome = TuneOutcome(name, study_name, str(db))
-    with _exclusive(folder / f"{study_name}.lock"):
-        storage = optuna.storages.RDBStorage(url)
-        study = optuna.create_study(
-            study_name=study_name,
-            storage=storage,
-            direction="maximize" if spec.maximize else "minimize",
-            load_if_exists=True,
-        )
-        done, stale = _resume(optuna, study, storage)
-        # A resumed study draws new parameters: the sampler's seed moves on with the trials.
-        seed = spec.seed + len(study.trials)
-        sampler = (
-            optuna.samplers.TPESampler(seed=seed)
-            if spec.sampler == "tpe"
-            else optuna.samplers.RandomSampler(seed=seed)
-        )
-        study.sampler = sampler
-        parent = _parent_run(ctx, study, name, space)
-        outcome.parent_run = parent
-        _end_killed_trial_runs(ctx, study_name, stale)
-        remaining = None if spec.trials is None else max(spec.trials - done, 0)
-        objective = _objective(name, build, space, ctx, parent, study_name)
-        if remaining != 0:
-            study.optimize(
-                objective,
-                n_trials=remaining,
-                timeout=spec.timeout,
-                catch=(Exception,),
-                gc_after_trial=False,
-            )
-        outcome.trials = _trials_frame(study)
-        complete = [t for t in study.trials if t.state.name == "COMPLETE"]
-        if complete:
-            best = study.best_trial
-            outcome.best_params = dict(best.params)
-            outcome.best_value = float(best.value)
-        else:
-            errors = [e for e in outcome.trials.get("error", pd.Series()).dropna()]
-            outcome.error = f"no trial of {name} completed" + (
-                f" (last error: {errors[-1]})" if errors else ""
-            )
-        if ctx.tracker is not None and parent is not None:
-            _close_parent(ctx, parent, outcome)
-    return outcome
+@dataclass(frozen=True)
+class _Sweep:
+    """One model's study as the sweep subprocess needs it."""
+
+    name: str
+    study: str
+    db: Path
+    space: Mapping[str, Dimension]
+    parent_run: str | None
 
 
-def _objective(
-    name: str,
-    build: Callable[[dict[str, Any]], Recommender],
-    space: dict[str, Dimension],
-    ctx: _Context,
-    parent: str | None,
-    study_name: str,
-) -> Callable[[Any], float]:
-    """The function Optuna calls per trial: build, fit on train, score on validation."""
-    objective = ctx.spec.objective
+def sweep_config(
+    cfg: DictConfig, sweep: _Sweep, spec: TuneSpec, n_trials: int, seed: int, tracking: Any
+) -> dict[str, Any]:
+    """The primary config of ``python -m harness.trial -m``: the experiment, the ``trial`` node
+    (model, study, objective, MLflow parent) and the Optuna sweeper in its ``hydra`` node."""
+    node = _plain_dict(cfg, "config")
+    node.pop("hydra", None)
+    model = node["model"][sweep.name]
+    for key in sweep.space:  # a key must exist for the sweeper's override (each trial sets it)
+        model.setdefault(key, None)
+    node["trial"] = {
+        "model": sweep.name,
+        "study": sweep.study,
+        "objective": spec.objective,
+        "tuned": sorted(sweep.space),
+        "parent_run": sweep.parent_run,
+        "tracking_uri": None if tracking is None else tracking.uri,
+        "experiment": f"{cfg.name}-tuning",
+        "artifacts": None if tracking is None else tracking.artifacts,
+    }
+    node["defaults"] = [
+        {"override hydra/sweeper": "optuna"},
+        {"override hydra/sweeper/sampler": spec.sampler},
+        {"override hydra/job_logging": "disabled"},
+        "_self_",
+    ]
+    node["hydra"] = {
+        "sweeper": {
+            "storage": f"sqlite:///{sweep.db.resolve()}",
+            "study_name": sweep.study,
+            "direction": "maximize" if spec.maximize else "minimize",
+            "n_trials": n_trials,
+            "n_jobs": 1,  # one trial at a time: a killed sweep leaves one trial to run again
+            "max_failure_rate": 1.0,  # a failed trial is recorded; the others go on
+            "custom_search_space": "harness.trial.remember_trial",
+            "sampler": {"seed": seed},
+            "params": sweeper_params(sweep.name, sweep.space),
+        },
+        "sweep": {"dir": str(sweep.db.with_suffix("").resolve()) + "-hydra"},
+        "job": {"chdir": False},
+    }
+    return node
 
-    def run_trial(trial: Any) -> float:
-        params = {d.name: d.suggest(trial) for d in space.values()}
-        run_id = None
-        if ctx.tracker is not None and parent is not None:
-            run_id = ctx.tracker.start(
-                f"{name} trial {trial.number}",
-                tags={
-                    "harness.kind": "tuning-trial",
-                    "tune.model": name,
-                    "tune.study": study_name,
-                    "tune.trial": str(trial.number),
-                },
-                parent=parent,
-            )
-            ctx.tracker.log(run_id, params=params)
-        status = "FAILED"
+
+@dataclass(frozen=True)
+class _Tracking:
+    uri: str
+    artifacts: str | None
+
+
+def _run_sweep(config: dict[str, Any], sweep: _Sweep, timeout: float | None) -> tuple[int, str]:
+    """Run the sweep subprocess; return its exit code (-1: stopped by the time budget) and the
+    last line of its stderr (kept in ``<study>-hydra.err`` next to the study)."""
+    folder = sweep.db.parent
+    name = f"{sweep.study}-sweep"
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    err_path = folder / f"{sweep.study}-hydra.err"
+    command = [
+        sys.executable,
+        "-m",
+        "harness.trial",
+        "--config-dir",
+        str(folder.resolve()),
+        "--config-name",
+        name,
+        "-m",
+    ]
+    with err_path.open("w") as err:
         try:
-            value, summary, seconds = _score_trial(name, build, params, ctx)
-            status = "FINISHED"
-        except Exception as err:
-            message = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            trial.set_user_attr("error", f"{type(err).__name__}: {message}")
-            print(
-                f"trial {trial.number} of {name} failed: {type(err).__name__}: {message}",
-                file=sys.stderr,
-            )
-            if run_id is not None:
-                ctx.tracker.log(run_id, tags={"error": f"{type(err).__name__}: {message}"})
-            raise
-        except BaseException:
-            trial.set_user_attr("interrupted", True)
-            status = "KILLED"
-            raise
-        finally:
-            if run_id is not None and status != "FINISHED":
-                ctx.tracker.finish(run_id, status)
-        if ctx.tracker is not None and run_id is not None:
-            ctx.tracker.log(
-                run_id,
-                metrics={
-                    **{f"valid.{k}": v for k, v in summary.items()},
-                    **{f"seconds.{k}": v for k, v in seconds.items()},
-                },
-            )
-            ctx.tracker.finish(run_id)
-            _log_curve(ctx, parent, objective, trial.number, value)
-        return value
-
-    return run_trial
+            code = subprocess.run(command, stderr=err, timeout=timeout, check=False).returncode
+        except subprocess.TimeoutExpired:
+            code = -1
+    lines = [ln for ln in err_path.read_text(errors="replace").splitlines() if ln.strip()]
+    return code, (lines[-1].strip() if lines else "")
 
 
-def _score_trial(
+def _parent_run(
+    tracker: Any,
+    spec: TuneSpec,
+    study: Any,
     name: str,
-    build: Callable[[dict[str, Any]], Recommender],
-    params: dict[str, Any],
-    ctx: _Context,
-) -> tuple[float, dict[str, float], dict[str, float]]:
-    """Fit one configuration on train and evaluate it on validation."""
-    model = build(params)
-    with tempfile.TemporaryDirectory(prefix="tune-trial-") as tmp:
-        result = run_models(
-            ctx.vdataset,
-            ctx.vsplit,
-            {name: model},
-            ctx.suite,
-            Path(tmp),
-            progress=False,
-            evaluate=ctx.evaluate,
-        )
-    outcome = result.outcomes[name]
-    if not outcome.ok or outcome.evaluation is None:
-        raise RuntimeError(outcome.error or "the model failed")
-    summary = {k: float(v) for k, v in outcome.evaluation.summary.items()}
-    value = summary[ctx.spec.objective]
-    if not math.isfinite(value):
-        raise ValueError(f"objective {ctx.spec.objective} is {value} on validation")
-    return value, summary, dict(outcome.seconds)
-
-
-def _parent_run(ctx: _Context, study: Any, name: str, space: Mapping[str, Dimension]) -> str | None:
+    space: Mapping[str, Dimension],
+    info: Mapping[str, Any],
+) -> str | None:
     """The model's tuning parent run: the study's own (resumed) or a new one."""
-    tracker = ctx.tracker
     if tracker is None:
         return None
     known = study.user_attrs.get("mlflow_parent_run")
@@ -578,77 +526,121 @@ def _parent_run(ctx: _Context, study: Any, name: str, space: Mapping[str, Dimens
             return str(known)
         except Exception:  # deleted, or another tracking store: start a new parent
             pass
-    stats = ctx.vsplit.stats
     run_id = tracker.start(
         f"tune {name}",
         tags={
             "harness.kind": "tuning",
             "tune.model": name,
             "tune.study": study.study_name,
-            "tune.objective": ctx.spec.objective,
-            "tune.direction": "maximize" if ctx.spec.maximize else "minimize",
+            "tune.objective": spec.objective,
+            "tune.direction": "maximize" if spec.maximize else "minimize",
         },
     )
     tracker.log(
         run_id,
         params={
             "model": name,
-            "objective": ctx.spec.objective,
-            "sampler": ctx.spec.sampler,
-            "budget.trials": ctx.spec.trials,
-            "budget.timeout": ctx.spec.timeout,
-            "split": ctx.vsplit.name,
-            "dataset": ctx.vdataset.name,
+            "objective": spec.objective,
+            "sampler": spec.sampler,
+            "budget.trials": spec.trials,
+            "budget.timeout": spec.timeout,
+            "split": info["split"],
+            "dataset": info["dataset"],
+            "sweeper": "hydra-optuna-sweeper",
             **{f"space.{k}": d.text() for k, d in space.items()},
         },
-        metrics={
-            "n_train_events": stats.get("n_train_events", 0),
-            "n_valid_events": stats.get("n_test_events", 0),
-        },
+        metrics={k: v for k, v in info.items() if k.startswith("n_")},
     )
     study.set_user_attr("mlflow_parent_run", run_id)
     return run_id
 
 
-def _end_killed_trial_runs(ctx: _Context, study_name: str, numbers: list[int]) -> None:
-    """Trial runs a killed process left ``RUNNING`` in MLflow are ended as ``KILLED``."""
-    if ctx.tracker is None or not numbers:
+def _end_killed_trial_runs(tracker: Any, study_name: str, numbers: list[int]) -> None:
+    """Trial runs a killed sweep left ``RUNNING`` in MLflow are ended as ``KILLED``."""
+    if tracker is None or not numbers:
         return
-    client = ctx.tracker.client
+    client = tracker.client
     query = f"tags.`tune.study` = '{study_name}' and attributes.status = 'RUNNING'"
-    for run in client.search_runs([ctx.tracker.experiment_id], query, max_results=1000):
+    for run in client.search_runs([tracker.experiment_id], query, max_results=1000):
         if run.data.tags.get("tune.trial") in {str(n) for n in numbers}:
             client.set_terminated(run.info.run_id, "KILLED")
 
 
-def _log_curve(ctx: _Context, parent: str | None, objective: str, step: int, value: float) -> None:
-    """The objective of trial ``step`` on the parent run: MLflow draws the validation curve."""
-    if ctx.tracker is None or parent is None:
-        return
-    from mlflow.entities import Metric
-
-    from harness.tracking import metric_key
-
-    now = int(time.time() * 1000)
-    ctx.tracker.client.log_batch(
-        parent, metrics=[Metric(metric_key(f"valid.{objective}"), value, now, step)]
-    )
-
-
-def _close_parent(ctx: _Context, parent: str, outcome: TuneOutcome) -> None:
+def _close_parent(tracker: Any, spec: TuneSpec, parent: str, outcome: TuneOutcome) -> None:
     """Best parameters, value and trial counts on the parent run, then finish it."""
     summary = outcome.summary()
-    ctx.tracker.log(
+    tracker.log(
         parent,
         metrics={
-            f"best.valid.{ctx.spec.objective}": outcome.best_value,
+            f"best.valid.{spec.objective}": outcome.best_value,
             "trials_complete": summary["trials_complete"],
             "trials_failed": summary["trials_failed"],
         },
         tags={f"best.{k}": v for k, v in outcome.best_params.items()}
         | ({"error": outcome.error} if outcome.error else {}),
     )
-    ctx.tracker.finish(parent, "FINISHED" if outcome.error is None else "FAILED")
+    status = "KILLED" if outcome.stopped else "FINISHED" if outcome.error is None else "FAILED"
+    tracker.finish(parent, status)
+
+
+def tune_one(
+    cfg: DictConfig,
+    sweep: _Sweep,
+    spec: TuneSpec,
+    tracker: Any,
+    info: Mapping[str, Any],
+    tracking: _Tracking | None = None,
+) -> TuneOutcome:
+    """Run (or resume) one model's study to its budget with Hydra's Optuna sweeper."""
+    optuna = _optuna()
+    folder = sweep.db.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    outcome = TuneOutcome(sweep.name, sweep.study, str(sweep.db))
+    with _exclusive(folder / f"{sweep.study}.lock"):
+        storage = optuna.storages.RDBStorage(f"sqlite:///{sweep.db}")
+        study = optuna.create_study(
+            study_name=sweep.study,
+            storage=storage,
+            direction="maximize" if spec.maximize else "minimize",
+            load_if_exists=True,
+        )
+        done, stale = _resume(optuna, study, storage)
+        parent = _parent_run(tracker, spec, study, sweep.name, sweep.space, info)
+        outcome.parent_run = parent
+        sweep = replace(sweep, parent_run=parent)
+        _end_killed_trial_runs(tracker, sweep.study, stale)
+        remaining = 10**9 if spec.trials is None else max(spec.trials - done, 0)
+        stopped = ""
+        if remaining:
+            # a resumed study draws new parameters: the sampler's seed moves on with the trials
+            seed = spec.seed + len(study.trials)
+            config = sweep_config(cfg, sweep, spec, remaining, seed, tracking)
+            code, last = _run_sweep(config, sweep, spec.timeout)
+            study = optuna.load_study(study_name=sweep.study, storage=storage)
+            if code != 0:  # the time budget, or the sweep died: its running trial runs again
+                counted, cut = _resume(optuna, study, storage)
+                _end_killed_trial_runs(tracker, sweep.study, cut)
+                if code != -1 and (spec.trials is None or counted < spec.trials):
+                    stopped = (
+                        f"the sweep of {sweep.name} stopped (exit code {code}) after {counted} "
+                        f"of {spec.trials} trials{f': {last}' if last else ''}"
+                    )
+                    outcome.stopped = stopped
+        outcome.trials = _trials_frame(study, sweep.name)
+        complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+        if complete:
+            best = study.best_trial
+            prefix = f"model.{sweep.name}."
+            outcome.best_params = {k.removeprefix(prefix): v for k, v in best.params.items()}
+            outcome.best_value = float(best.value)
+        else:
+            errors = [e for e in outcome.trials.get("error", pd.Series()).dropna()]
+            outcome.error = f"no trial of {sweep.name} completed" + (
+                f" (last error: {errors[-1]})" if errors else f" ({stopped})" if stopped else ""
+            )
+        if tracker is not None and parent is not None:
+            _close_parent(tracker, spec, parent, outcome)
+    return outcome
 
 
 def format_outcome(outcome: TuneOutcome, spec: TuneSpec) -> str:
@@ -703,27 +695,11 @@ def _model_nodes(cfg: DictConfig) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _builder(cfg: DictConfig, name: str) -> Callable[[dict[str, Any]], Recommender]:
-    """Build model ``name`` with some parameters overridden, as ``build_models`` would."""
-    from harness.cli import build_models
-
-    def build(params: dict[str, Any]) -> Recommender:
-        node = _plain_dict(cfg.model[name], f"model.{name}")
-        engine = _plain_dict(cfg.engine, "engine") if cfg.get("engine") is not None else {}
-        # debug: a build error must fail the trial with its own message
-        sub = OmegaConf.create(
-            {"model": {name: {**node, **params}}, "engine": engine, "debug": True}
-        )
-        models, _ = build_models(sub, progress=False)
-        return models[name]
-
-    return build
-
-
 def tune(cfg: DictConfig) -> int:
-    """Tune every selected model with a search space, then (``tune.refit``) run the experiment
-    once with the best parameters on train + validation vs test; return the exit code."""
-    from harness.cli import engine_of, suite_of
+    """Tune every selected model with a search space (one sweep of Hydra's Optuna sweeper each,
+    the same budget for every model), then (``tune.refit``) run the experiment once with the
+    best parameters on train + validation vs test; return the exit code."""
+    from harness.cli import suite_of
     from harness.datasets import load_dataset
     from harness.split import load_or_make_split, split_cache_key
 
@@ -746,13 +722,17 @@ def tune(cfg: DictConfig) -> int:
             "no selected model has a search_space to tune (see README, 'Tuning'); "
             "e.g. model=[popularity,item_knn]"
         )
+    _optuna()
     runs_dir = Path(cfg.runs_dir)
     dataset = load_dataset(_plain_dict(cfg.dataset, "dataset"))
     split_params = _plain_dict(cfg.split, "split")
     method = split_params.pop("method")
+    # made (and cached under runs_dir/splits) here, so a split without validation is refused
+    # before any sweep starts, and every trial reads the cached split
     split = load_or_make_split(
         dataset.frame, method, split_params, runs_dir / "splits", digest=dataset.sha256
     )
+    vsplit = validation_view(split)
     key = split_cache_key(dataset.frame, method, split_params, digest=dataset.sha256)
     payload = {
         "objective": spec.objective,
@@ -772,31 +752,39 @@ def tune(cfg: DictConfig) -> int:
         )
         for n in spaces
     }
-    tracker = None
+    tracker, tracking = None, None
     if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri"):
         from harness.tracking import Tracker
 
-        tracker = Tracker(
-            str(cfg.tracking.uri), f"{cfg.name}-tuning", cfg.tracking.get("artifacts")
-        )
+        artifacts = cfg.tracking.get("artifacts")
+        tracker = Tracker(str(cfg.tracking.uri), f"{cfg.name}-tuning", artifacts)
+        tracking = _Tracking(str(cfg.tracking.uri), None if artifacts is None else str(artifacts))
         _active["tracker"] = tracker
     cand = (cfg.get("candidates") or {}).get("kind", "full")
     if cand != "full":
         print(f"note: tuning ranks the full catalog; the final test run uses candidates={cand}")
-    with engine_of(cfg) as evaluate:
-        outcomes = tune_models(
-            dataset,
-            split,
-            {n: _builder(cfg, n) for n in spaces},
-            spaces,
-            suite,
-            spec,
-            names,
-            evaluate=evaluate,
-            tracker=tracker,
-            progress=True,
-        )
+    info = {
+        "split": vsplit.name,
+        "dataset": f"{dataset.name}:validation",
+        "n_train_events": vsplit.stats.get("n_train_events", 0),
+        "n_valid_events": vsplit.stats.get("n_test_events", 0),
+    }
+    folder = Path(spec.storage)
+    outcomes = {}
+    for name, space in spaces.items():
+        sweep = _Sweep(name, names[name], folder / f"{names[name]}.db", space, None)
+        outcomes[name] = tune_one(cfg, sweep, spec, tracker, info, tracking)
+        print(format_outcome(outcomes[name], spec), flush=True)
     _active.clear()
+    stopped = [o.stopped for o in outcomes.values() if o.stopped]
+    if stopped:
+        for line in stopped:
+            print(f"error: {line}", file=sys.stderr)
+        print(
+            "error: tuning is incomplete (no test run); rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     failed = [o.model for o in outcomes.values() if o.error]
     if failed:
         then = "the test run uses their configured parameters" if spec.refit else "not refitted"

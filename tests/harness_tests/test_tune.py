@@ -5,7 +5,11 @@ sqlite store and real Hydra composition."""
 from __future__ import annotations
 
 import inspect
+import os
+import signal
 import subprocess
+import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_module
 from hydra.utils import get_class
+from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
 from mlflow import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 from plugins.recording import Recording
@@ -30,14 +35,17 @@ from harness.experiment import MetricSuite
 from harness.models import ImplicitItemCosine
 from harness.split import make_split
 from harness.synthetic import generate
+from harness.trial import score_on_validation
 from harness.tune import (
+    EXIT_INTERRUPTED,
+    EXIT_TUNING_FAILED,
     Dimension,
     TuneSpec,
     parse_dimension,
     search_space_of,
     spec_of,
+    sweeper_params,
     tune,
-    tune_models,
     validation_view,
 )
 
@@ -100,6 +108,40 @@ def test_bad_search_space_is_one_line_naming_the_key(text: Any, fragment: str) -
     with pytest.raises(ValueError, match=r"model\.m\.search_space\.k: ") as err:
         search_space_of("m", {"_target_": "x.Y", "search_space": {"k": text}})
     assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_search_spaces_become_the_sweepers_params() -> None:
+    space = {
+        "factors": parse_dimension("factors", "int(8, 256, log)"),
+        "k": parse_dimension("k", "int(1, 9)"),
+        "reg": parse_dimension("reg", "float(0.001, 10, log)"),
+        "alpha": parse_dimension("alpha", "float(1, 10)"),  # whole numbers, still floats
+        "sim": parse_dimension("sim", "choice(cosine, bm25)"),
+        "flag": parse_dimension("flag", "choice(true, false)"),
+        "odd": parse_dimension("odd", "choice('10', 'it''s', 20)"),
+    }
+    params = sweeper_params("m", space)
+    assert params == {
+        "model.m.factors": "tag(log, int(interval(8, 256)))",
+        "model.m.k": "int(interval(1, 9))",
+        "model.m.reg": "tag(log, interval(0.001, 10.0))",
+        "model.m.alpha": "interval(1.0, 10.0)",
+        "model.m.sim": "choice(cosine, bm25)",
+        "model.m.flag": "choice(true, false)",
+        "model.m.odd": "choice('10', 'it\\'s', 20)",
+    }
+    # ... and the sweeper reads them as these Optuna distributions (its own parser)
+    dists, fixed = create_params_from_overrides([f"{k}={v}" for k, v in params.items()])
+    assert fixed == {}
+    assert dists == {
+        "model.m.factors": optuna.distributions.IntLogUniformDistribution(8, 256),
+        "model.m.k": optuna.distributions.IntUniformDistribution(1, 9),
+        "model.m.reg": optuna.distributions.LogUniformDistribution(0.001, 10.0),
+        "model.m.alpha": optuna.distributions.UniformDistribution(1.0, 10.0),
+        "model.m.sim": optuna.distributions.CategoricalDistribution(("cosine", "bm25")),
+        "model.m.flag": optuna.distributions.CategoricalDistribution((True, False)),
+        "model.m.odd": optuna.distributions.CategoricalDistribution(("10", "it's", 20)),
+    }
 
 
 def test_misspelled_parameter_in_a_search_space_is_named() -> None:
@@ -187,6 +229,8 @@ class Poison:
 
 
 def test_tuning_never_reads_the_test_events(tmp_path: Path) -> None:
+    """What every trial of the sweep runs (``harness.trial.score_on_validation``), with the test
+    events and the full frame replaced by objects that fail on any use."""
     frame = generate(n_users=200, n_items=100, n_events=4000, seed=1)
     split = make_split(frame, "global_time", cut=0.8, valid_cut=0.6)
     assert len(split.test) and len(split.valid)
@@ -195,19 +239,11 @@ def test_tuning_never_reads_the_test_events(tmp_path: Path) -> None:
     suite = MetricSuite(k=10, names=("ndcg@10", "recall@10", "coverage@10"))
     Recording.fitted.clear()
     Recording.asked.clear()
-    outcomes = tune_models(
-        dataset,
-        poisoned,
-        {"rec": lambda params: Recording(**params)},
-        {"rec": {"weight": parse_dimension("weight", "float(0.5, 2)")}},
-        suite,
-        TuneSpec(trials=3, storage=str(tmp_path / "tuning")),
-        {"rec": "rec-isolation"},
-        progress=False,
-    )
-    trials = outcomes["rec"].trials
-    assert outcomes["rec"].error is None, trials
-    assert list(trials["state"]) == ["COMPLETE"] * 3
+    for weight in (0.5, 1.0, 2.0):
+        value, summary, _ = score_on_validation(
+            dataset, poisoned, "rec", Recording(weight=weight), suite, "ndcg@10"
+        )
+        assert value == summary["ndcg@10"] and 0 < value <= 1
     assert len(Recording.fitted) == 3
     key = ["user", "item", "timestamp"]
     train = split.train.sort_values(key).reset_index(drop=True)[key]
@@ -220,6 +256,13 @@ def test_tuning_never_reads_the_test_events(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- end to end
+
+
+def params_of(trial: Any, model: str) -> dict[str, Any]:
+    """A trial's parameters by the model's own names (the sweeper's are ``model.<name>.<p>``)."""
+    prefix = f"model.{model}."
+    assert all(k.startswith(prefix) for k in trial.params), trial.params
+    return {k.removeprefix(prefix): v for k, v in trial.params.items()}
 
 
 def runs_of(client: MlflowClient, experiment: str) -> list[Any]:
@@ -239,6 +282,9 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(tmp_path: Path) -> None
     (db,) = (tmp_path / "runs" / "tuning").glob("item_knn-*.db")
     study = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    # run by Hydra's Optuna sweeper: its result file is in the sweep's folder
+    result = OmegaConf.load(db.parent / f"{db.stem}-hydra" / "optimization_results.yaml")
+    assert result.name == "optuna" and result.best_value == pytest.approx(study.best_value)
 
     # MLflow: one tuning parent, three trial runs nested under it, validation metrics on each
     client = MlflowClient(uri)
@@ -253,9 +299,7 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(tmp_path: Path) -> None
     for t in study.trials:
         run_ = by_number[t.number]
         assert run_.data.metrics["valid.ndcg_at_10"] == pytest.approx(t.value)
-        assert {k: run_.data.params[k] for k in t.params} == {
-            k: str(v) for k, v in t.params.items()
-        }
+        assert run_.data.params == {k: str(v) for k, v in params_of(t, "item_knn").items()}
     curve = client.get_metric_history(parent.info.run_id, "valid.ndcg_at_10")
     assert [(m.step, m.value) for m in sorted(curve, key=lambda m: m.step)] == [
         (t.number, pytest.approx(t.value)) for t in study.trials
@@ -266,7 +310,8 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(tmp_path: Path) -> None
     # the best value is the validation score, recomputed here without the harness's runner
     frame = generate(n_users=300, n_items=200, n_events=6000, seed=0)
     split = make_split(frame, "global_time", cut=0.8, valid_cut=0.6)
-    model = ImplicitItemCosine(**best.params).fit(split.train)
+    chosen = params_of(best, "item_knn")
+    model = ImplicitItemCosine(**chosen).fit(split.train)
     users = np.sort(split.valid["user"].unique())
     ids, _ = model.recommend(users, 10)
     run_frame = pd.DataFrame(
@@ -288,7 +333,7 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(tmp_path: Path) -> None
     (folder,) = [p.parent for p in (tmp_path / "runs" / "results").rglob("summary.csv")]
     final_cfg = OmegaConf.load(folder / "config.yaml")
     assert final_cfg.split.valid_cut is None
-    for k, v in best.params.items():
+    for k, v in chosen.items():
         assert final_cfg.model.item_knn[k] == v
     assert final_cfg.tune.result.item_knn.best_value == pytest.approx(best.value)
     assert final_cfg.tune.result.item_knn.mlflow_run == parent.info.run_id
@@ -304,7 +349,7 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(tmp_path: Path) -> None
         plain_dir,
         "model=[popularity,item_knn]",
         "tracking=none",
-        *[f"model.item_knn.{k}={v}" for k, v in best.params.items()],
+        *[f"model.item_knn.{k}={v}" for k, v in chosen.items()],
     )
     assert run(plain) == 0
     expected = pd.read_csv(next((plain_dir / "runs").rglob("summary.csv")), index_col=0)
@@ -316,39 +361,53 @@ def tune_process(cwd: Path, env: dict[str, str], *overrides: str) -> subprocess.
     return HarnessCli().run(cwd, *overrides, quick=True, env=env, module="harness.tune")
 
 
-@pytest.mark.slow
-def test_a_killed_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
-    log = tmp_path / "fits.log"
-    overrides = (
-        "model=[popularity]",
-        "+model.rec._target_=plugins.recording.Recording",
-        "+model.rec.search_space.weight='float(0.5, 2)'",
-        "split.valid_cut=0.6",
-        "tune.trials=4",
-        "tune.refit=false",
-    )
-    first = tune_process(tmp_path, {"RECORDING_LOG": str(log), "RECORDING_DIE_AT": "3"}, *overrides)
-    assert first.returncode == 9, first.stderr  # killed in the middle of its third trial
-    weights = [float(line.split()[1]) for line in log.read_text().splitlines()]
-    assert len(weights) == 3
+RECORDING = (
+    "model=[popularity]",
+    "+model.rec._target_=plugins.recording.Recording",
+    "+model.rec.search_space.weight='float(0.5, 2)'",
+    "split.valid_cut=0.6",
+    "tune.refit=false",
+)
 
-    (db,) = (tmp_path / "runs" / "tuning").glob("rec-*.db")
-    study = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
-    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "RUNNING"]
+
+def study_of(tmp_path: Path, model: str) -> Any:
+    (db,) = (tmp_path / "runs" / "tuning").glob(f"{model}-*.db")
+    return optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
+
+
+def weights_in(log: Path) -> list[float]:
+    return [float(line.split()[1]) for line in log.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_sweep_that_dies_mid_trial_resumes_where_it_stopped(tmp_path: Path) -> None:
+    log = tmp_path / "fits.log"
+    overrides = (*RECORDING, "tune.trials=4")
+    # the sweep process exits (code 9, as a crash or kill -9 would) in its third trial's fit
+    first = tune_process(tmp_path, {"RECORDING_LOG": str(log), "RECORDING_DIE_AT": "3"}, *overrides)
+    assert first.returncode == EXIT_INTERRUPTED, first.stderr
+    assert "error: the sweep of rec stopped (exit code 9) after 2 of 4 trials" in first.stderr
+    assert "rerun the same command to resume" in first.stderr
+    weights = weights_in(log)
+    assert len(weights) == 3
+    study = study_of(tmp_path, "rec")
+    # the cut-short trial: failed as interrupted, and queued again with its parameters
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "FAIL", "WAITING"]
 
     second = tune_process(tmp_path, {"RECORDING_LOG": str(log)}, *overrides)
     assert second.returncode == 0, second.stderr
     assert "4 trials complete" in second.stdout
-    weights_after = [float(line.split()[1]) for line in log.read_text().splitlines()]
+    weights_after = weights_in(log)
     # two more fits, not four: the cut-short trial again with its parameters, then one new one
     assert len(weights_after) == 5
     assert weights_after[3] == pytest.approx(weights[2])
-    study = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
+    study = study_of(tmp_path, "rec")
     states = [t.state.name for t in study.trials]
     assert states == ["COMPLETE", "COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
     assert study.trials[2].user_attrs["interrupted"] is True
     assert study.trials[3].user_attrs["retry_of"] == 2
     assert study.trials[3].params == study.trials[2].params
+    assert [t.params["model.rec.weight"] for t in study.trials] == pytest.approx(weights_after)
 
     # one tuning parent across both processes; the killed trial's run ended as KILLED
     client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
@@ -367,44 +426,79 @@ def test_a_killed_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
     }
 
 
-def test_failing_trials_are_recorded_and_the_others_go_on(tmp_path: Path) -> None:
-    frame = generate(n_users=120, n_items=60, n_events=2400, seed=4)
-    split = make_split(frame, "global_time", cut=0.8, valid_cut=0.6)
-    dataset = Dataset("synthetic", frame, "synthetic")
-    suite = MetricSuite(k=10, names=("ndcg@10",))
-    space = {"weight": parse_dimension("weight", "float(0.5, 2)")}
-
-    def picky(params: dict[str, Any]) -> Recording:
-        if params["weight"] > 1.25:
-            raise ValueError(f"weight {params['weight']} is too heavy")
-        return Recording(**params)
-
-    def never(params: dict[str, Any]) -> Recording:
-        raise ValueError("cannot build")
-
-    spec = TuneSpec(trials=6, sampler="random", storage=str(tmp_path / "tuning"))
-    outcomes = tune_models(
-        dataset,
-        split,
-        {"picky": picky, "never": never},
-        {"picky": space, "never": space},
-        suite,
-        spec,
-        {"picky": "picky-study", "never": "never-study"},
-        progress=False,
+@pytest.mark.slow
+def test_a_killed_command_resumes_to_exactly_its_budget(tmp_path: Path) -> None:
+    """The whole command (tune and its sweep) killed with SIGKILL once the first trial's MLflow
+    run has ended; the rerun ends with exactly the budget of finished trials."""
+    log = tmp_path / "fits.log"
+    overrides = (*RECORDING, "tune.trials=3")
+    cli = HarnessCli()
+    proc = subprocess.Popen(
+        cli.command(overrides, True, "harness.tune"),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=cli.env(RECORDING_LOG=str(log)),
+        start_new_session=True,  # its own process group: the sweep subprocess is killed too
     )
-    trials = outcomes["picky"].trials
-    heavy = trials["param.weight"] > 1.25
-    assert heavy.any() and (~heavy).any()  # both kinds occur with this seed
-    assert (trials.loc[heavy, "state"] == "FAIL").all()
-    assert (trials.loc[~heavy, "state"] == "COMPLETE").all()
-    assert trials.loc[heavy, "error"].str.startswith("ValueError: weight").all()
-    assert outcomes["picky"].error is None and outcomes["picky"].best_params["weight"] <= 1.25
-    assert list(outcomes["never"].trials["state"]) == ["FAIL"] * 6
-    assert outcomes["never"].error == (
-        "no trial of never completed (last error: ValueError: cannot build)"
+    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
+    try:
+        while proc.poll() is None:  # trial 0's run ends before trial 1's fit starts
+            if log.exists() and len(weights_in(log)) >= 2:
+                break
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    trial_runs = [
+        r
+        for r in runs_of(client, "offline-eval-tuning")
+        if r.data.tags.get("harness.kind") == "tuning-trial"
+    ]
+    assert any(r.data.tags["tune.trial"] == "0" and r.info.status == "FINISHED" for r in trial_runs)
+    fits_before = len(weights_in(log))
+
+    second = tune_process(tmp_path, {"RECORDING_LOG": str(log)}, *overrides)
+    assert second.returncode == 0, second.stderr
+    assert "3 trials complete" in second.stdout
+    study = study_of(tmp_path, "rec")
+    interrupted = [t for t in study.trials if t.user_attrs.get("interrupted")]
+    finished = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(finished) == 3 and len(study.trials) == 3 + len(interrupted)
+    for t in interrupted:  # each cut-short trial ran again with its parameters
+        (retry,) = [r for r in study.trials if r.user_attrs.get("retry_of") == t.number]
+        assert retry.params == t.params and retry.state.name == "COMPLETE"
+    # every fit was one trial of the study, none beyond it (a trial killed before its fit has none)
+    fitted = weights_in(log)
+    assert fits_before <= len(fitted) <= len(study.trials)
+    weights = [t.params["model.rec.weight"] for t in study.trials]
+    assert not Counter(fitted) - Counter(weights)
+    runs = runs_of(client, "offline-eval-tuning")
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    statuses = sorted(r.info.status for r in runs if r.data.tags.get("harness.kind") != "tuning")
+    assert statuses == sorted(["FINISHED"] * 3 + ["KILLED"] * len(interrupted))
+
+
+def test_all_trials_failing_is_one_line_and_exit_code_1(tmp_path: Path) -> None:
+    # num_threads=-1: the model refuses to be built, in every trial
+    result = tune_process(
+        tmp_path,
+        {},
+        "model=[item_knn]",
+        "model.item_knn.num_threads=-1",
+        "split.valid_cut=0.6",
+        "tune.trials=2",
+        "tune.refit=false",
+        "tracking=none",
     )
-    assert outcomes["never"].best_params == {}
+    assert result.returncode == EXIT_TUNING_FAILED == 1, result.stderr
+    assert "WARNING: tuning failed for item_knn: not refitted" in result.stderr
+    lines = [ln for ln in result.stdout.splitlines() if "no trial of item_knn completed" in ln]
+    assert len(lines) == 1 and "num_threads" in lines[0], result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    study = study_of(tmp_path, "item_knn")
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]  # the second still ran
+    assert all("num_threads" in t.user_attrs["error"] for t in study.trials)
 
 
 def test_a_config_the_test_run_would_reject_fails_before_any_trial(tmp_path: Path) -> None:

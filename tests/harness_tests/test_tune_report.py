@@ -19,6 +19,13 @@ from harness.tune import tune
 optuna = pytest.importorskip("optuna")
 
 
+def params_of(trial: object) -> dict:
+    """A trial's parameters by item_knn's own names (the sweeper's: ``model.item_knn.<p>``)."""
+    params = trial.params  # type: ignore[attr-defined]
+    assert all(k.startswith("model.item_knn.") for k in params), params
+    return {k.removeprefix("model.item_knn."): v for k, v in params.items()}
+
+
 def param_text(value: object) -> str:
     """A parameter as the report writes it: floats to 4 significant digits."""
     return f"{value:.4g}" if isinstance(value, float) else str(value)
@@ -59,7 +66,7 @@ def test_markdown_has_the_tuning_section(tuned: dict) -> None:
     section = md.split("## Tuning", 1)[1].split("\n## ", 1)[0]
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     failed = [t for t in study.trials if t.state.name == "FAIL"]
-    chosen = ", ".join(f"{k}={param_text(v)}" for k, v in study.best_trial.params.items())
+    chosen = ", ".join(f"{k}={param_text(v)}" for k, v in params_of(study.best_trial).items())
     row = (
         f"| item_knn | {len(study.trials)} | {len(complete)} | {len(failed)} | "
         f"{study.best_value:.4f} | {chosen} |"
@@ -79,7 +86,7 @@ def test_html_has_the_tuning_section(tuned: dict) -> None:
     section = page.split('<h2 id="tuning">', 1)[1].split("<h2 ", 1)[0]
     cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", section, re.S)]
     cells = [re.sub(r"<[^>]+>", "", c).strip() for c in cells]
-    chosen = ", ".join(f"{k}={param_text(v)}" for k, v in study.best_trial.params.items())
+    chosen = ", ".join(f"{k}={param_text(v)}" for k, v in params_of(study.best_trial).items())
     assert cells == ["item_knn", "3", "3", "0", f"{study.best_value:.4f}", chosen]
     assert "no other trial has a test result" in section
     assert re.search(r'<img[^>]+src="data:image/png;base64,', section)
@@ -91,9 +98,9 @@ def test_tuning_json_matches_the_study(tuned: dict) -> None:
     model = data["models"]["item_knn"]
     assert data["objective"] == "ndcg@10" and data["direction"] == "maximize"
     assert [(t["number"], t["state"], t["value"], t["params"]) for t in model["trials"]] == [
-        (t.number, t.state.name, t.value, t.params) for t in study.trials
+        (t.number, t.state.name, t.value, params_of(t)) for t in study.trials
     ]
-    assert model["best_params"] == study.best_trial.params
+    assert model["best_params"] == params_of(study.best_trial)
     assert "popularity" not in data["models"]  # no search space: not tuned
 
 
@@ -108,5 +115,5 @@ def test_the_curve_is_the_running_best(tuned: dict) -> None:
 
 def test_the_test_run_uses_the_chosen_parameters(tuned: dict) -> None:
     config = (tuned["folder"] / "config.yaml").read_text()
-    for key, value in tuned["study"].best_trial.params.items():
+    for key, value in params_of(tuned["study"].best_trial).items():
         assert re.search(rf"^\s+{key}: {re.escape(str(value))}$", config, re.M), key
