@@ -232,6 +232,8 @@ class TuneOutcome:
     def summary(self) -> dict[str, Any]:
         """Plain values for the final run's ``tune.result.<model>`` config node."""
         states = self.trials["state"] if len(self.trials) else pd.Series(dtype=object)
+        if len(self.trials) and "interrupted" in self.trials:  # cut short: run again, not failed
+            states = states.where(~self.trials["interrupted"].astype(bool), "INTERRUPTED")
         return {
             "study": self.study,
             "storage": self.storage,
