@@ -69,7 +69,7 @@ from harness.spark.pipeline import (
     run_models_spark,
     split_spark,
 )
-from harness.split import check_usable, load_or_make_split, split_cache_key
+from harness.split import check_usable, load_or_make_split, save_split, split_cache_key
 from harness.tracking import configure_http
 
 EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
@@ -378,6 +378,9 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     if dropped:
         print(f"WARNING: {dropped}", file=sys.stderr)
     key = split_cache_key(dataset.frame, method, split_params, digest=dataset.sha256)
+    if spark is not None and len(split.train) == int(split.stats.get("n_train_events", -1)):
+        # the driver copy (at most engine.driver_rows events) where harness.compare finds it
+        save_split(split, runs_dir / "splits", key, dataset.sha256)
     folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
     _active["folder"] = folder
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))

@@ -65,6 +65,7 @@ __all__ = [
     "occurrence",
     "random_order",
     "random_split",
+    "save_split",
     "split_cache_key",
     "user_time",
 ]
@@ -389,31 +390,41 @@ def load_or_make_split(
     """
     digest = digest or data_hash(df)
     key = split_cache_key(df, method, params, digest=digest)
-    root = Path(cache_dir)
-    target = root / key
+    target = Path(cache_dir) / key
     made = None
     if not (target / "split.json").is_file():
-        split = made = make_split(df, method, **dict(params))
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = root / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex}"
-        tmp.mkdir()
-        try:
-            split.train.to_parquet(tmp / "train.parquet")
-            split.test.to_parquet(tmp / "test.parquet")
-            if split.valid is not None:
-                split.valid.to_parquet(tmp / "valid.parquet")
-            meta = {
-                "name": split.name,
-                "params": split.params,
-                "stats": split.stats,
-                "key": key,
-                "data_hash": digest,
-            }
-            (tmp / "split.json").write_text(json.dumps(meta, indent=1, default=str))
-            _publish(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        made = make_split(df, method, **dict(params))
+        save_split(made, cache_dir, key, digest)
     return _read_split(target, made)
+
+
+def save_split(split: Split, cache_dir: str | os.PathLike[str], key: str, digest: str) -> Path:
+    """Write ``split`` to ``cache_dir/<key>/`` unless a complete copy is there (train/test/valid
+    Parquet, then ``split.json``, in a temporary folder renamed into place); return the folder."""
+    root = Path(cache_dir)
+    target = root / key
+    if (target / "split.json").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    try:
+        split.train.to_parquet(tmp / "train.parquet")
+        split.test.to_parquet(tmp / "test.parquet")
+        if split.valid is not None:
+            split.valid.to_parquet(tmp / "valid.parquet")
+        meta = {
+            "name": split.name,
+            "params": split.params,
+            "stats": split.stats,
+            "key": key,
+            "data_hash": digest,
+        }
+        (tmp / "split.json").write_text(json.dumps(meta, indent=1, default=str))
+        _publish(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def _publish(tmp: Path, target: Path) -> None:

@@ -169,21 +169,21 @@ def compare_cli(harness_cli: Any, cwd: Path, *args: str) -> Any:
     return harness_cli.run(cwd, *args, module="harness.compare", timeout=900)
 
 
-def cache_split(cwd: Path, folder: Path) -> Path:
-    """The run's split made in-process from its resolved config and cached under
-    ``runs/splits/<key>/`` (what an in-process run leaves there); the cache folder."""
+def inprocess_split(folder: Path) -> Any:
+    """The run's split made in-process from its resolved config (the reference for the copy
+    the Spark run cached)."""
     from harness.datasets import load_dataset
-    from harness.split import load_or_make_split, split_cache_key
+    from harness.split import make_split
 
     cfg = yaml.safe_load((folder / "config.yaml").read_text())
-    dataset = load_dataset(cfg["dataset"])
     params = dict(cfg["split"])
     method = params.pop("method")
-    load_or_make_split(
-        dataset.frame, method, params, cwd / "runs" / "splits", digest=dataset.sha256
-    )
-    key = split_cache_key(dataset.frame, method, params, digest=dataset.sha256)
-    return cwd / "runs" / "splits" / key
+    return make_split(load_dataset(cfg["dataset"]).frame, method, **params)
+
+
+def sorted_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    columns = sorted(frame.columns)
+    return frame[columns].sort_values(columns, kind="stable").reset_index(drop=True)
 
 
 def test_harness_compare_reads_spark_runs_tables(harness_cli: Any, tmp_path: Path) -> None:
@@ -222,16 +222,26 @@ def test_harness_compare_reads_spark_runs_tables(harness_cli: Any, tmp_path: Pat
     def table(out: str) -> pd.DataFrame:
         return pd.read_csv(cwd / out / "comparison.csv")
 
-    # 1. the split is not cached (engine=spark keeps it in Spark): the rows on all users
+    # 1. the Spark run cached its (small) split where harness.compare looks: the in-process rows
+    split_dir = cwd / "runs" / "splits" / base.data.tags["split.sha256"]
+    assert (split_dir / "split.json").is_file()
+    reference = inprocess_split(folder)
+    for part in ("train", "test"):
+        pd.testing.assert_frame_equal(
+            sorted_rows(pd.read_parquet(split_dir / f"{part}.parquet")),
+            sorted_rows(getattr(reference, part)),
+            check_dtype=False,
+        )
+    aside = split_dir.with_name("aside")
+    split_dir.rename(aside)  # without the split: the rows on all users, with a note
     first = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c1")
+    aside.rename(split_dir)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "segments skipped" in first.stdout
     assert_same_table(table("c1"), logged[logged["segment"] == "all"].reset_index(drop=True))
 
-    # 2. with the split cached: the whole table the run logged (on the driver, as the rule
-    # picks for small tables), and the same with the tables kept in Spark (--driver-rows 1)
-    split_dir = cache_split(cwd, folder)
-    assert split_dir.name == base.data.tags["split.sha256"]
+    # 2. with the split: the whole table the run logged (on the driver, as the rule picks for
+    # small tables), and the same with the tables kept in Spark (--driver-rows 1)
     second = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c2")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "comparing in Spark" not in second.stdout
