@@ -25,6 +25,7 @@ __all__ = [
     "CompareSpec",
     "PairComparison",
     "SegmentData",
+    "add_labels_rows",
     "compare_models",
     "compare_pair",
     "compared_metrics",
@@ -316,6 +317,24 @@ def read_labels(path: str) -> pd.DataFrame:
     return frame
 
 
+def add_labels_rows(pairs: Sequence[PairComparison], spec: CompareSpec) -> None:
+    """Append the ``human_labels`` row to each pair judged in ``spec.human_labels`` (rows of
+    its candidate when the file has a ``candidate`` column; required for several pairs)."""
+    labels = read_labels(str(spec.human_labels))
+    if "candidate" not in labels.columns and len(pairs) > 1:
+        raise ValueError(
+            f"{spec.human_labels}: several candidates are compared, so the labels need a "
+            "'candidate' column naming the model each row judges"
+        )
+    for pair in pairs:
+        mine = labels
+        if "candidate" in labels.columns:
+            mine = labels[labels["candidate"].astype(str) == pair.candidate]
+        if len(mine):
+            row = pd.DataFrame([labels_row(mine["label"], spec)])
+            pair.table = pd.concat([pair.table, row], ignore_index=True)
+
+
 def labels_row(labels: pd.Series, spec: CompareSpec) -> dict[str, Any]:
     """The GSB row of human labels: counts, ΔGSB and its bootstrap CI (units resampled)."""
     signs = labels.astype(str).str.strip().str.lower().map({"good": 1.0, "same": 0.0, "bad": -1.0})
@@ -400,19 +419,7 @@ def compare_models(
             )
         )
     if spec.human_labels and pairs:
-        labels = read_labels(spec.human_labels)
-        if "candidate" not in labels.columns and len(pairs) > 1:
-            raise ValueError(
-                f"{spec.human_labels}: several candidates are compared, so the labels need a "
-                "'candidate' column naming the model each row judges"
-            )
-        for pair in pairs:
-            mine = labels
-            if "candidate" in labels.columns:
-                mine = labels[labels["candidate"].astype(str) == pair.candidate]
-            if len(mine):
-                row = pd.DataFrame([labels_row(mine["label"], spec)])
-                pair.table = pd.concat([pair.table, row], ignore_index=True)
+        add_labels_rows(pairs, spec)
     if spec.user_groups and pairs:
         groups = user_groups_of(spec, result)
         tables = {n: o.evaluation.per_user for n, o in result.outcomes.items() if o.evaluation}

@@ -44,11 +44,10 @@ import metrics
 from harness.compare import (
     CompareSpec,
     PairComparison,
+    add_labels_rows,
     compared_metrics,
     comparison_table,
     group_gap_note,
-    labels_row,
-    read_labels,
     segment_definitions,
 )
 from metrics import stats
@@ -567,7 +566,7 @@ def compare_models_spark(
             )
         )
     if spec.human_labels and pairs:
-        _add_labels(pairs, spec)
+        add_labels_rows(pairs, spec)
     if spec.user_groups and pairs:
         users = None if qrels is None else qrels.select("user").distinct()
         first = next(iter(per_user.values()))
@@ -581,24 +580,6 @@ def compare_models_spark(
 # ---------------------------------------------------------------------------------------------
 # Human labels and user groups
 # ---------------------------------------------------------------------------------------------
-def _add_labels(pairs: Sequence[PairComparison], spec: CompareSpec) -> None:
-    """The ``human_labels`` row of each pair (its candidate's labels), on the driver: the rows
-    and refusals of :func:`harness.compare.compare_models`."""
-    labels = read_labels(str(spec.human_labels))
-    if "candidate" not in labels.columns and len(pairs) > 1:
-        raise ValueError(
-            f"{spec.human_labels}: several candidates are compared, so the labels need a "
-            "'candidate' column naming the model each row judges"
-        )
-    for pair in pairs:
-        mine = labels
-        if "candidate" in labels.columns:
-            mine = labels[labels["candidate"].astype(str) == pair.candidate]
-        if len(mine):
-            row = pd.DataFrame([labels_row(mine["label"], spec)])
-            pair.table = pd.concat([pair.table, row], ignore_index=True)
-
-
 def user_groups_spark(
     spec: CompareSpec,
     per_user: DataFrame,
