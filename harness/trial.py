@@ -115,11 +115,7 @@ def _tracker(job: Mapping[str, Any]) -> Any:
         return None
     key = (job["tracking_uri"], job["experiment"])
     if _CACHE.get("tracker_key") != key:
-        import logging
-
         from harness.tracking import Tracker
-
-        logging.getLogger("alembic").setLevel(logging.WARNING)  # the store's set-up chatter
 
         tracker = Tracker(str(job["tracking_uri"]), str(job["experiment"]), job.get("artifacts"))
         _CACHE.update(tracker_key=key, tracker=tracker)
@@ -236,10 +232,14 @@ def main() -> None:
 
     import hydra
 
+    from harness.progress import NOISY_LOGGERS, quiet
+
     # the module, not __main__: the sweeper's hook (remember_trial) fills harness.trial._TRIAL
     from harness.trial import task as trial_task
 
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # the stores' set-up chatter
+    quiet()  # MLflow's and alembic's set-up lines (the sweep's own are printed by Hydra)
+    for name in (*NOISY_LOGGERS, "alembic.runtime.plugins"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     hydra.main(version_base=None, config_path=None, config_name=None)(trial_task)()
 
 

@@ -35,6 +35,7 @@ import copy
 import fcntl
 import hashlib
 import json
+import logging
 import math
 import re
 import subprocess
@@ -703,8 +704,13 @@ def tune(cfg: DictConfig) -> int:
     best parameters on train + validation vs test; return the exit code."""
     from harness.cli import suite_of
     from harness.datasets import load_dataset
+    from harness.progress import NOISY_LOGGERS, quiet
     from harness.split import load_or_make_split, split_cache_key
 
+    quiet(bool(cfg.get("debug")))  # MLflow's and alembic's set-up lines (as python -m harness)
+    if not cfg.get("debug"):
+        for name in (*NOISY_LOGGERS, "alembic.runtime.plugins"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     spec = spec_of(cfg)
     suite = suite_of(cfg)
     if spec.refit:  # what would stop the test run (e.g. a baseline not selected): before tuning
