@@ -472,7 +472,8 @@ def sweep_config(
             "sampler": {"seed": seed},
             "params": sweeper_params(sweep.name, sweep.space),
         },
-        "sweep": {"dir": str(sweep.db.with_suffix("").resolve()) + "-hydra"},
+        # Hydra's sweep folder: one per invocation (a resumed sweep numbers its jobs from 0 again)
+        "sweep": {"dir": str(sweep.db.with_suffix("").resolve()) + "-hydra/${now:%Y%m%d-%H%M%S}"},
         "job": {"chdir": False},
     }
     return node

@@ -283,7 +283,8 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(tmp_path: Path) -> None
     study = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     # run by Hydra's Optuna sweeper: its result file is in the sweep's folder
-    result = OmegaConf.load(db.parent / f"{db.stem}-hydra" / "optimization_results.yaml")
+    (result_file,) = (db.parent / f"{db.stem}-hydra").glob("*/optimization_results.yaml")
+    result = OmegaConf.load(result_file)
     assert result.name == "optuna" and result.best_value == pytest.approx(study.best_value)
 
     # MLflow: one tuning parent, three trial runs nested under it, validation metrics on each
