@@ -365,7 +365,7 @@ def main() -> None:
                     "",
                     "",
                     "",
-                    "out of memory at 20 GB per shared/NOTES.md",
+                    "above --peers-max (both run out of memory at 1M: > 20 GB)",
                 )
                 for t in ("ranx", "pytrec_eval")
             ]
