@@ -27,6 +27,7 @@ __all__ = [
     "KINDS",
     "CandidateSpec",
     "build_candidates",
+    "candidate_stats",
     "catalog_weights",
     "draw_positions",
     "draws_per_round",
@@ -228,11 +229,16 @@ def build_candidates(
                     ) from None
     else:
         frame = _cached_sample(spec, split, cache_dir)
-    stats = {
+    return frame, candidate_stats(spec, len(frame), int(frame[USER].nunique()))
+
+
+def candidate_stats(spec: CandidateSpec, rows: int, users: int) -> dict[str, Any]:
+    """The ``candidates.*`` statistics of a candidate set (both engines report these)."""
+    stats: dict[str, Any] = {
         "candidates.kind": spec.kind,
-        "candidates.rows": len(frame),
-        "candidates.users": int(frame[USER].nunique()),
-        "candidates.per_user_mean": float(len(frame) / max(frame[USER].nunique(), 1)),
+        "candidates.rows": rows,
+        "candidates.users": users,
+        "candidates.per_user_mean": float(rows / max(users, 1)),
     }
     if spec.kind == "sampled":
         stats |= {
@@ -240,7 +246,7 @@ def build_candidates(
             "candidates.sampling": spec.sampling,
             "candidates.seed": spec.seed,
         }
-    return frame, stats
+    return stats
 
 
 def _cached_sample(spec: CandidateSpec, split: Split, cache_dir: Path | None) -> pd.DataFrame:

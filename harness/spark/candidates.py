@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from harness.candidates import MAX_BOOST, MAX_ROUNDS, CandidateSpec, catalog_weights
+from harness.candidates import (
+    MAX_BOOST,
+    MAX_ROUNDS,
+    CandidateSpec,
+    candidate_stats,
+    catalog_weights,
+)
 from metrics.checks import require_choice, require_int
 
 if TYPE_CHECKING:
@@ -197,20 +203,7 @@ def build_candidates_spark(
         )
     frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
     row = _one(frame.agg(sf.count(sf.lit(1)).alias("n"), sf.countDistinct("user").alias("u")))
-    rows, users = int(row["n"]), int(row["u"])
-    stats: dict[str, Any] = {
-        "candidates.kind": spec.kind,
-        "candidates.rows": rows,
-        "candidates.users": users,
-        "candidates.per_user_mean": float(rows / max(users, 1)),
-    }
-    if spec.kind == "sampled":
-        stats |= {
-            "candidates.n_negatives": spec.n_negatives,
-            "candidates.sampling": spec.sampling,
-            "candidates.seed": spec.seed,
-        }
-    return frame, stats
+    return frame, candidate_stats(spec, int(row["n"]), int(row["u"]))
 
 
 def _local_missing(path: str) -> bool:

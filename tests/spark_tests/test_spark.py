@@ -26,12 +26,7 @@ from harness.spark.split import _kth_smallest, _quantile_index
 from harness.synthetic import generate
 from metrics.registry import get
 
-pytestmark = [
-    pytest.mark.spark,
-    # PySpark 4.x's own pandas-3 notices, raised inside its conversions
-    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
-    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
-]
+pytestmark = pytest.mark.spark
 
 REF = Path(__file__).resolve().parents[3] / "shared" / "reference" / "trec_eval"
 TOL = 1e-9

@@ -27,11 +27,7 @@ from harness.spark.io import _frame
 from metrics.evaluate import State, finish_state
 from metrics.stats import NORMAL_MIN_N
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
-    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
-]
+pytestmark = pytest.mark.spark
 
 TOL = 1e-9
 TEXT = ("segment", "metric", "kind", "method")

@@ -24,11 +24,7 @@ import yaml
 from harness import synthetic
 from harness.compare import CompareSpec, PairComparison, compare_models, user_groups_of
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
-    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
-]
+pytestmark = pytest.mark.spark
 
 TOL = 1e-9
 TEXT = ("segment", "metric", "kind", "method")

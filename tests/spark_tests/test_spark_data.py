@@ -15,11 +15,7 @@ import pytest
 from harness import split as hsplit
 from harness.synthetic import generate
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
-    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
-]
+pytestmark = pytest.mark.spark
 
 
 def events(ids: str) -> pd.DataFrame:
