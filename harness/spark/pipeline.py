@@ -110,14 +110,17 @@ def load_spark(
     (its frame a driver copy when at most ``driver_rows`` events, else empty).
 
     ``dataset=file`` is read and checked in Spark from any Spark path (Parquet or CSV);
-    ``dataset=synthetic`` is generated in-process (it is small by design) and handed to Spark.
+    ``dataset=synthetic`` and ``dataset=movielens`` are loaded in-process (small by design: the
+    generator, a 100,004-rating sample) and handed to Spark.
     """
     kind = spec.get("kind")
-    if kind == "synthetic":
+    if kind in ("synthetic", "movielens"):
         dataset = load_dataset(dict(spec))
         return _frame(spark, dataset.frame, "dataset").cache(), dataset
     if kind != "file":
-        raise DataError(f"engine=spark reads dataset=file or dataset=synthetic (got {kind!r})")
+        raise DataError(
+            f"engine=spark reads dataset=file, synthetic or movielens (got {kind!r})"
+        )
     from harness.spark.io import read_interactions
 
     path = str(spec["path"])
