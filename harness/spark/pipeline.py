@@ -118,9 +118,7 @@ def load_spark(
         dataset = load_dataset(dict(spec))
         return _frame(spark, dataset.frame, "dataset").cache(), dataset
     if kind != "file":
-        raise DataError(
-            f"engine=spark reads dataset=file, synthetic or movielens (got {kind!r})"
-        )
+        raise DataError(f"engine=spark reads dataset=file, synthetic or movielens (got {kind!r})")
     from harness.spark.io import read_interactions
 
     path = str(spec["path"])
