@@ -25,8 +25,14 @@ score (an item absent from training; for precomputed scores a pair not in the fi
 user or item absent from training) is left out, returning ``(user, item, score)`` rows of the
 scored candidates only. :func:`plugin_ratings` gives a plug-in's ``predict_ratings`` on Spark.
 
+AUC counts over the whole catalog (``auc_scope=catalog``): :func:`popularity_auc_counts` in
+Spark from the integer popularity histogram; :func:`plugin_auc_counts` from a fitted plug-in's
+score rows, per group of users.
+
 What reaches the driver: one aggregate row per check (precomputed), one number (ALS: the
-largest seen count), and for plug-ins the training rows they are fitted on.
+largest seen count), for popularity's catalog AUC one row per distinct popularity value, and
+for plug-ins the training rows they are fitted on (and, for ``global_auc`` over the catalog, one
+score per relevant test pair, broadcast back).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ __all__ = [
     "plugin_candidates",
     "plugin_ratings",
     "plugin_topk",
+    "popularity_auc_counts",
     "popularity_candidates",
     "popularity_topk",
     "precomputed_candidates",
@@ -655,3 +662,107 @@ def plugin_auc_counts(
     with _quiet():
         parts = by_user.cogroup(by_pair).applyInPandas(wins, "wins double").collect()
     return table, float(sum(row["wins"] for row in parts))
+
+
+def _catalog_below(hist: pd.DataFrame) -> pd.DataFrame:
+    """Per popularity value ``s`` of a histogram (``s``, ``n``: items with that score): twice
+    the items scored below it plus the items scored equal (``lt2``), i.e. twice one relevant
+    candidate's wins over the whole catalog, ties counting 1/2."""
+    hist = hist.sort_values("s", kind="stable").reset_index(drop=True)
+    n = hist["n"].to_numpy(dtype=np.int64)
+    below = np.cumsum(n) - n
+    return pd.DataFrame({"s": hist["s"].to_numpy(dtype=np.int64), "lt2": 2 * below + n})
+
+
+def _pooled_popularity_wins(hist: pd.DataFrame, n_users: int, mine: pd.DataFrame) -> float:
+    """``global_auc``'s pooled wins of popularity from integer histograms, exact: every user's
+    negatives are the catalog (``hist``: items per score ``s``, ``n_users`` copies) minus the
+    user's relevant and (when excluded) seen items (``mine``: per score ``s``, ``pos`` relevant
+    and ``taken`` relevant-or-seen candidate rows of all users); ties count 1/2."""
+    values = np.union1d(hist["s"].to_numpy(np.int64), mine["s"].to_numpy(np.int64))
+    catalog = hist.set_index("s")["n"].reindex(values, fill_value=0).to_numpy(np.int64)
+    by_s = mine.set_index("s")
+    pos = by_s["pos"].reindex(values, fill_value=0).to_numpy(np.int64)
+    taken = by_s["taken"].reindex(values, fill_value=0).to_numpy(np.int64)
+    # Python integers (object arrays): users × items × relevant pairs can pass 2**63
+    neg = int(n_users) * catalog.astype(object) - taken.astype(object)
+    below = np.cumsum(neg) - neg
+    wins2 = int((pos.astype(object) * (2 * below + neg)).sum()) if values.size else 0
+    return wins2 / 2
+
+
+def popularity_auc_counts(
+    spark: SparkSession,
+    train: DataFrame,
+    users: DataFrame,
+    relevant: DataFrame,
+    *,
+    exclude_seen: bool = True,
+    pooled: bool,
+) -> tuple[DataFrame, float]:
+    """Each user's AUC counts over the whole catalog for :class:`harness.models.PopularityModel`
+    computed in Spark, with no training row on the driver: a table (user, wins, n_pos, n_neg)
+    as :func:`plugin_auc_counts` gives it, and with ``pooled`` ``global_auc``'s pooled wins.
+
+    The score of an item is its number of distinct training users (an integer); a user's
+    candidates are the training items minus their seen items when ``exclude_seen``; relevant
+    candidates are the user's ``relevant`` pairs among them, the rest negatives; ties count
+    1/2, as ``BaseRecommender.recommend_with_auc`` counts them. With ``C`` the catalog's score
+    histogram and ``X`` a user's relevant and excluded rows, twice a user's wins are
+    ``sum over relevant p of (2·C(<s_p) + C(=s_p) - 2·X(<s_p) - X(=s_p))``: the histogram is
+    broadcast (one row per distinct score), ``X`` is counted per (user, score) in Spark.
+    Reaching the driver: the histogram and, with ``pooled``, a per-score count of the relevant
+    and excluded rows (both at most one row per distinct popularity value).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    pairs = seen_pairs(train)
+    score = pairs.groupBy("item").agg(sf.count(sf.lit(1)).alias("s"))
+    with _quiet():
+        hist = pd.DataFrame(score.groupBy("s").agg(sf.count(sf.lit(1)).alias("n")).toPandas())
+    n_items = int(hist["n"].sum())
+    below = spark.createDataFrame(_catalog_below(hist), "s bigint, lt2 bigint")
+    mine = users.select("user").distinct()
+    pos = relevant.select("user", "item").distinct().join(mine, "user", "left_semi")
+    pos = pos.join(score, "item")  # items unknown to training are not candidates
+    if exclude_seen:
+        pos = pos.join(pairs, ["user", "item"], "left_anti")
+        seen = pairs.join(mine, "user", "left_semi").join(score, "item")
+        rows = pos.select("user", "s", sf.lit(1).alias("p")).unionByName(
+            seen.select("user", "s", sf.lit(0).alias("p"))
+        )
+    else:
+        rows = pos.select("user", "s", sf.lit(1).alias("p"))
+    # per (user, score): relevant rows and all excluded-from-negatives rows
+    at = rows.groupBy("user", "s").agg(
+        sf.sum("p").cast("bigint").alias("pos"), sf.count(sf.lit(1)).alias("taken")
+    )
+    earlier = Window.partitionBy("user").orderBy("s").rowsBetween(Window.unboundedPreceding, -1)
+    at = at.withColumn("x_lt", sf.coalesce(sf.sum("taken").over(earlier), sf.lit(0)))
+    at = at.join(sf.broadcast(below), "s")
+    twice = sf.col("pos") * (sf.col("lt2") - 2 * sf.col("x_lt") - sf.col("taken"))
+    per_user = at.groupBy("user").agg(
+        sf.sum(twice).alias("w2"),
+        sf.sum("pos").alias("n_pos"),
+        sf.sum("taken").alias("n_taken"),
+    )
+    table = (
+        mine.join(per_user, "user", "left")
+        .fillna(0, subset=["w2", "n_pos", "n_taken"])
+        .select(
+            "user",
+            (sf.col("w2") / 2).cast("double").alias("wins"),
+            sf.col("n_pos").cast("double").alias("n_pos"),
+            (sf.lit(n_items) - sf.col("n_taken")).cast("double").alias("n_neg"),
+        )
+    )
+    if not pooled:
+        return table, float("nan")
+    with _quiet():
+        counted = pd.DataFrame(
+            rows.groupBy("s")
+            .agg(sf.sum("p").cast("bigint").alias("pos"), sf.count(sf.lit(1)).alias("taken"))
+            .toPandas()
+        )
+    return table, _pooled_popularity_wins(hist, mine.count(), counted)

@@ -12,9 +12,10 @@ What reaches the driver (bounded by ``driver_rows``):
 
 - always: aggregate rows (split stats, checks, each bucket's metric state, count tables keyed
   by item), the training rows a plug-in model is fitted on (or its ``fit_sample``), the
-  per-item training counts novelty/popularity need; for ``global_auc`` over the whole catalog,
-  the score of each relevant test pair (broadcast back, as the numpy engine holds them), and
-  the popularity model's training rows when it counts AUC over the catalog;
+  per-item training counts novelty/popularity need; for a plug-in's ``global_auc`` over the
+  whole catalog, the score of each relevant test pair (broadcast back, as the numpy engine
+  holds them); for popularity's AUC over the catalog, one row per distinct popularity value
+  (the score histogram; no training row);
 - only when the table has at most ``driver_rows`` rows: a copy of the events, of the split
   parts, of each model's top-k lists and per-user table, for the stages still run in-process
   (the report's counts, MLflow's dataset digests, ``gate.promote`` and A/B sizing from per-user
@@ -556,23 +557,31 @@ def _catalog_auc(
     """Score metrics over the whole catalog, as the in-process ``_rank_catalog`` and
     ``_catalog_scores`` compute them: every user's AUC counts from the model's score rows
     (:func:`harness.spark.models.plugin_auc_counts`), finished by the metrics' definitions on
-    Spark (:func:`harness.spark.metrics.evaluate_auc_counts_spark`). A model ranked natively on
-    Spark (popularity) is fitted on the driver for its score rows."""
+    Spark (:func:`harness.spark.metrics.evaluate_auc_counts_spark`). Popularity, ranked natively
+    on Spark, counts in Spark from its integer score histogram
+    (:func:`harness.spark.models.popularity_auc_counts`: no training row on the driver)."""
     from pyspark.sql import functions as sf
 
+    from harness.models import PopularityModel
     from harness.spark.metrics import evaluate_auc_counts_spark
-    from harness.spark.models import fit_plugin, plugin_auc_counts
+    from harness.spark.models import fit_plugin, plugin_auc_counts, popularity_auc_counts
 
-    if not hasattr(model, "item_ids_"):
+    native = type(model) is PopularityModel
+    if not native and not hasattr(model, "item_ids_"):
         fit_plugin(model, train, sample=fit_sample, seed=seed)
     opts = suite.evaluate_options()
     threshold = metrics.resolve_options(**opts).relevance_threshold
     relevant = qrels.filter(sf.col("relevance") >= threshold).select("user", "item")
     pooled = any(metrics.parse(n).metric == "global_auc" for n in names)
     with _python_errors(), _quiet():
-        table, wins = plugin_auc_counts(
-            spark, model, users, relevant, pooled=pooled, batch_users=batch_users
-        )
+        if native:
+            table, wins = popularity_auc_counts(
+                spark, train, users, relevant, exclude_seen=model.exclude_seen, pooled=pooled
+            )
+        else:
+            table, wins = plugin_auc_counts(
+                spark, model, users, relevant, pooled=pooled, batch_users=batch_users
+            )
         uri = _uri(where, "scores.parquet")
         parts.append((uri, names))
         ev = evaluate_auc_counts_spark(
