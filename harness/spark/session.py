@@ -32,7 +32,8 @@ def spark_session(
     For a new session: ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` point at this interpreter
     (workers need the same packages), ``JAVA_HOME`` is pinned to JDK 17 when unset and present,
     local masters bind to ``127.0.0.1``; Arrow transfers are on, the UI and progress bars off,
-    the session time zone is UTC and local masters use 8 shuffle partitions. ``config`` entries
+    the session time zone is UTC and local masters use 8 shuffle partitions; PySpark's notice
+    that pandas 3 is not fully supported is ignored in this process. ``config`` entries
     win over these defaults. ``session=`` (a production cluster's session) is returned as is.
     """
     if session is not None:
@@ -59,8 +60,9 @@ def spark_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, str(value))
-    with _quiet():
-        spark = builder.getOrCreate()
+    # the notice says nothing a user can act on, and it came once per pandas conversion
+    warnings.filterwarnings("ignore", message=_PANDAS3_WARNING, category=FutureWarning)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
