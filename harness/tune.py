@@ -587,6 +587,21 @@ def _close_parent(tracker: Any, spec: TuneSpec, parent: str, outcome: TuneOutcom
     tracker.finish(parent, status)
 
 
+def _storage(optuna: Any, db: Path) -> Any:
+    """The study's sqlite storage; a file whose schema this Optuna cannot read (written by
+    another Optuna version) is a one-line error naming it."""
+    try:
+        return optuna.storages.RDBStorage(f"sqlite:///{db}")
+    except RuntimeError as err:
+        if "table schema" not in str(err):
+            raise
+        raise ValueError(
+            f"{db}: this study was written by another Optuna version than the installed "
+            f"{optuna.__version__} (the one hydra-optuna-sweeper 1.3 supports); move the file "
+            "away to start a new study"
+        ) from None
+
+
 def tune_one(
     cfg: DictConfig,
     sweep: _Sweep,
@@ -601,7 +616,7 @@ def tune_one(
     folder.mkdir(parents=True, exist_ok=True)
     outcome = TuneOutcome(sweep.name, sweep.study, str(sweep.db))
     with _exclusive(folder / f"{sweep.study}.lock"):
-        storage = optuna.storages.RDBStorage(f"sqlite:///{sweep.db}")
+        storage = _storage(optuna, sweep.db)
         study = optuna.create_study(
             study_name=sweep.study,
             storage=storage,

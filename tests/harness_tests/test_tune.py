@@ -507,3 +507,17 @@ def test_a_config_the_test_run_would_reject_fails_before_any_trial(tmp_path: Pat
     with pytest.raises(ValueError, match="not among the selected models"):
         tune(cfg)
     assert not (tmp_path / "runs" / "tuning").exists()
+
+
+def test_a_study_file_of_another_optuna_version_is_one_line(tmp_path: Path) -> None:
+    import sqlite3
+
+    from harness.tune import _storage
+
+    db = tmp_path / "study.db"
+    optuna.storages.RDBStorage(f"sqlite:///{db}")  # the schema of the installed Optuna
+    with sqlite3.connect(db) as con:  # as a newer Optuna (3.2) leaves it
+        con.execute("update alembic_version set version_num = 'v3.2.0.a'")
+    with pytest.raises(ValueError, match="another Optuna version") as err:
+        _storage(optuna, db)
+    assert str(db) in str(err.value) and "\n" not in str(err.value)
