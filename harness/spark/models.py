@@ -59,6 +59,7 @@ __all__ = [
     "als_topk",
     "fit_plugin",
     "plugin_candidates",
+    "plugin_catalog",
     "plugin_ratings",
     "plugin_topk",
     "popularity_auc_counts",
@@ -579,22 +580,46 @@ def _group_users(frame: pd.DataFrame) -> np.ndarray:
     return np.sort(pd.unique(pd.Series(frame["user"].to_numpy(), dtype=_id_dtype(frame["user"]))))
 
 
-def _auc_group(model: Any, users: pd.DataFrame, relevant: pd.DataFrame) -> pd.DataFrame:
+def _auc_group(
+    model: Any, k: int, item_kind: str, users: pd.DataFrame, relevant: pd.DataFrame
+) -> pd.DataFrame:
     """``applyInPandas`` body: one group's AUC counts over the catalog (the model's score rows,
-    seen items excluded as it excludes them) and the scores of its relevant candidates."""
+    seen items excluded as it excludes them), the scores of its relevant candidates and, with
+    ``k > 0``, each user's top-``k`` list ranked from the same score rows (padding dropped)."""
+    from harness.models import padding_mask
+
     ids = _group_users(users)
     pairs = _relevant_codes(model, ids, relevant)
-    _, _, counts, scored = model._rank(ids, 1, model.exclude_seen, pairs)
+    items, scores, counts, scored = model._rank(ids, max(k, 1), model.exclude_seen, pairs)
     n, m = ids.size, scored.size
+    if k > 0:
+        scores = np.asarray(scores, dtype=np.float64)
+        keep = ~padding_mask(scores).ravel()
+        width = scores.shape[1]
+        listed = np.asarray(items).ravel()[keep]
+        list_users = np.repeat(ids, width)[keep]
+        list_scores = scores.ravel()[keep]
+        ranks = np.tile(np.arange(1, width + 1, dtype=np.int32), n)[keep]
+    else:
+        listed = np.zeros(0, dtype=np.int64 if item_kind == "bigint" else object)
+        list_users, list_scores, ranks = ids[:0], np.zeros(0), np.zeros(0, np.int32)
+    r = listed.size
+    # count and score rows carry a placeholder item (filtered out by _kind)
+    filler = np.zeros(n + m, dtype=np.int64) if item_kind == "bigint" else np.full(n + m, "")
     return pd.DataFrame(
         {
-            "_kind": np.r_[np.zeros(n, np.int32), np.ones(m, np.int32)],
+            "_kind": np.r_[np.zeros(n, np.int32), np.ones(m, np.int32), np.full(r, 2, np.int32)],
             # score rows: any user of the group
-            "user": pd.Series(np.r_[ids, np.repeat(ids[:1], m)], dtype=ids.dtype),
-            "wins": np.r_[counts.wins, np.zeros(m)],
-            "n_pos": np.r_[np.asarray(counts.n_pos, np.float64), np.zeros(m)],
-            "n_neg": np.r_[np.asarray(counts.n_neg, np.float64), np.zeros(m)],
-            "score": np.r_[np.full(n, np.nan), scored],
+            "user": pd.Series(np.r_[ids, np.repeat(ids[:1], m), list_users], dtype=ids.dtype),
+            "wins": np.r_[counts.wins, np.zeros(m + r)],
+            "n_pos": np.r_[np.asarray(counts.n_pos, np.float64), np.zeros(m + r)],
+            "n_neg": np.r_[np.asarray(counts.n_neg, np.float64), np.zeros(m + r)],
+            "score": np.r_[np.full(n, np.nan), scored, list_scores],
+            "item": pd.Series(
+                np.r_[filler, listed.astype(np.int64) if item_kind == "bigint" else listed],
+                dtype=np.int64 if item_kind == "bigint" else object,
+            ),
+            "rank": np.r_[np.zeros(n + m, np.int32), ranks],
         }
     )
 
@@ -626,9 +651,32 @@ def plugin_auc_counts(
     otherwise). As in-process, the pooled pass compares each group's score rows with the
     relevant candidates' scores of all users, which are collected and broadcast (one float per
     relevant pair)."""
+    _, table, wins = plugin_catalog(
+        spark, model, users, relevant, 0, pooled=pooled, batch_users=batch_users
+    )
+    return table, wins
+
+
+def plugin_catalog(
+    spark: SparkSession,
+    model: Any,
+    users: DataFrame,
+    relevant: DataFrame,
+    k: int,
+    *,
+    pooled: bool,
+    item_kind: str = "bigint",
+    batch_users: int = 4096,
+) -> tuple[DataFrame, DataFrame, float]:
+    """:func:`plugin_auc_counts` and, from the same pass over the catalog (the in-process
+    ``recommend_with_auc``), each user's top-``k`` list (user, item, score, rank; the lists
+    :func:`plugin_topk` gives; none with ``k=0``): ``(lists, counts, pooled wins)``. The pass is
+    persisted (memory and disk), so the catalog is scored once for both (twice with
+    ``pooled``, as in-process). ``item_kind``: the lists' item type (the training ids')."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
+    require_int("k", k, minimum=0)
     require_int("batch_users", batch_users)
     n_users = users.select("user").distinct().count()
     groups = max(1, -(-n_users // batch_users))
@@ -641,17 +689,21 @@ def plugin_auc_counts(
     by_user, by_pair = mine.groupBy("_g"), theirs.groupBy("_g")
     shared = spark.sparkContext.broadcast(model)
     user_kind = _id_kind(users, "user")
-    schema = f"_kind int, user {user_kind}, wins double, n_pos double, n_neg double, score double"
+    schema = (
+        f"_kind int, user {user_kind}, wins double, n_pos double, n_neg double, score double, "
+        f"item {item_kind}, rank int"
+    )
 
     def counts(u: pd.DataFrame, r: pd.DataFrame) -> pd.DataFrame:
-        return _auc_group(shared.value, u, r)
+        return _auc_group(shared.value, k, item_kind, u, r)
 
     with _quiet():
         out = by_user.cogroup(by_pair).applyInPandas(counts, schema)
         out = out.persist(StorageLevel.MEMORY_AND_DISK)
     table = out.filter(sf.col("_kind") == 0).select("user", "wins", "n_pos", "n_neg")
+    lists = out.filter(sf.col("_kind") == 2).select(*COLUMNS)
     if not pooled:
-        return table, float("nan")
+        return lists, table, float("nan")
     with _quiet():
         scored = pd.DataFrame(out.filter(sf.col("_kind") == 1).select("score").toPandas())
     relevant_scores = spark.sparkContext.broadcast(scored["score"].to_numpy(dtype=np.float64))
@@ -661,7 +713,7 @@ def plugin_auc_counts(
 
     with _quiet():
         parts = by_user.cogroup(by_pair).applyInPandas(wins, "wins double").collect()
-    return table, float(sum(row["wins"] for row in parts))
+    return lists, table, float(sum(row["wins"] for row in parts))
 
 
 def _catalog_below(hist: pd.DataFrame) -> pd.DataFrame:

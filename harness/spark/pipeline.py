@@ -407,7 +407,22 @@ def run_models_spark(
         try:
             t0 = time.perf_counter()
             with _python_errors(), _quiet():
-                if mine is None:
+                counted = None  # a plug-in's catalog AUC counts, from its ranking pass
+                if mine is None and score_names and _plugin_scores_catalog(model):
+                    lists, counted = _plugin_catalog_pass(
+                        spark,
+                        model,
+                        sp.train,
+                        qrels,
+                        users,
+                        suite,
+                        score_names,
+                        batch_users=batch_users,
+                        fit_sample=fit_sample,
+                        seed=seed,
+                    )
+                    how = "plugin"
+                elif mine is None:
                     lists, how = model_lists(
                         spark,
                         model,
@@ -484,6 +499,7 @@ def run_models_spark(
                     fit_sample=fit_sample,
                     seed=seed,
                     info=outcome.info,
+                    counted=counted,
                 )
                 summary |= by_score.summary
                 counts["auc_undefined_users"] = by_score.counts["auc_undefined_users"]
@@ -553,13 +569,16 @@ def _catalog_auc(
     fit_sample: float | None,
     seed: int,
     info: dict[str, Any],
+    counted: tuple[DataFrame, float] | None = None,
 ) -> metrics.Evaluation:
     """Score metrics over the whole catalog, as the in-process ``_rank_catalog`` and
     ``_catalog_scores`` compute them: every user's AUC counts from the model's score rows
     (:func:`harness.spark.models.plugin_auc_counts`), finished by the metrics' definitions on
     Spark (:func:`harness.spark.metrics.evaluate_auc_counts_spark`). Popularity, ranked natively
     on Spark, counts in Spark from its integer score histogram
-    (:func:`harness.spark.models.popularity_auc_counts`: no training row on the driver)."""
+    (:func:`harness.spark.models.popularity_auc_counts`: no training row on the driver).
+    ``counted``: a plug-in's (counts, pooled wins) from its ranking pass
+    (:func:`_plugin_catalog_pass`), used as they are."""
     from pyspark.sql import functions as sf
 
     from harness.models import PopularityModel
@@ -567,14 +586,15 @@ def _catalog_auc(
     from harness.spark.models import fit_plugin, plugin_auc_counts, popularity_auc_counts
 
     native = type(model) is PopularityModel
-    if not native and not hasattr(model, "item_ids_"):
+    if counted is None and not native and not hasattr(model, "item_ids_"):
         fit_plugin(model, train, sample=fit_sample, seed=seed)
     opts = suite.evaluate_options()
-    threshold = metrics.resolve_options(**opts).relevance_threshold
-    relevant = qrels.filter(sf.col("relevance") >= threshold).select("user", "item")
+    relevant = _relevant_spark(qrels, suite)
     pooled = any(metrics.parse(n).metric == "global_auc" for n in names)
     with _python_errors(), _quiet():
-        if native:
+        if counted is not None:
+            table, wins = counted
+        elif native:
             table, wins = popularity_auc_counts(
                 spark, train, users, relevant, exclude_seen=model.exclude_seen, pooled=pooled
             )
@@ -590,6 +610,56 @@ def _catalog_auc(
         ranked = table.agg(sf.sum("n_pos")).first()
         info["auc_relevant_unranked"] = relevant.count() - int((ranked[0] or 0) if ranked else 0)
     return ev
+
+
+def _relevant_spark(qrels: DataFrame, suite: MetricSuite) -> DataFrame:
+    """The (user, item) pairs of ``qrels`` relevant under the suite's threshold (the in-process
+    ``_relevant_pairs``)."""
+    from pyspark.sql import functions as sf
+
+    threshold = metrics.resolve_options(**suite.evaluate_options()).relevance_threshold
+    return qrels.filter(sf.col("relevance") >= threshold).select("user", "item")
+
+
+def _plugin_scores_catalog(model: Any) -> bool:
+    """True for a plug-in (fitted on the driver, not ranked natively) whose AUC counts over the
+    whole catalog come from its ranking pass."""
+    from harness.models import PopularityModel
+
+    return type(model) is not PopularityModel and _scores_catalog_spark(model)
+
+
+def _plugin_catalog_pass(
+    spark: SparkSession,
+    model: Any,
+    train: DataFrame,
+    qrels: DataFrame,
+    users: DataFrame,
+    suite: MetricSuite,
+    names: list[str],
+    *,
+    batch_users: int,
+    fit_sample: float | None,
+    seed: int,
+) -> tuple[DataFrame, tuple[DataFrame, float]]:
+    """A catalog-scoring plug-in's top-k lists and its AUC counts over the catalog from one
+    pass over its score rows (:func:`harness.spark.models.plugin_catalog`, the in-process
+    ``recommend_with_auc``): ``(lists, (counts, pooled wins))``."""
+    from harness.spark.models import fit_plugin, plugin_catalog
+
+    fitted = fit_plugin(model, train, sample=fit_sample, seed=seed)
+    pooled = any(metrics.parse(n).metric == "global_auc" for n in names)
+    lists, table, wins = plugin_catalog(
+        spark,
+        fitted,
+        users,
+        _relevant_spark(qrels, suite),
+        suite.k,
+        pooled=pooled,
+        item_kind=_id_kind(train, "item"),
+        batch_users=batch_users,
+    )
+    return lists, (table, wins)
 
 
 def _evaluate_part(

@@ -236,3 +236,50 @@ def test_rating_relevance_gauc_by_positives_without_driver_copies(
         table.loc[pw.index, list(SCORES)], pw[list(SCORES)], atol=TOL, rtol=0
     )
     assert not hasattr(fresh, "item_ids_")
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_plugin_lists_and_counts_from_one_pass_equal_in_process(spark: Any, text: bool) -> None:
+    """A catalog-scoring plug-in's top-k lists (padding dropped: ``k`` above what some users
+    have left) and AUC counts from one pass equal the in-process ``recommend_with_auc``."""
+    from harness.models import BiasRating
+    from harness.spark.models import plugin_catalog
+
+    train, relevant = tied_events(text)
+    train = train.assign(rating=np.arange(len(train)) % 5 + 1.0)
+    users = np.array(sorted(set(relevant["user"]) | {"u4" if text else 4}), dtype=object)
+    if not text:
+        users = users.astype(np.int64)
+    model = BiasRating().fit(train)
+    want_ids, want_scores, want = model.recommend_with_auc(
+        users, 5, relevant["user"].to_numpy(), relevant["item"].to_numpy(), pooled=True
+    )
+    lists, table, pooled = plugin_catalog(
+        spark,
+        model,
+        spark.createDataFrame(pd.DataFrame({"user": users})),
+        spark.createDataFrame(relevant),
+        5,
+        pooled=True,
+        item_kind="string" if text else "bigint",
+        batch_users=2,
+    )
+    got = pd.DataFrame(table.toPandas()).astype({"user": object}).set_index("user")
+    got = got.loc[list(users)]
+    np.testing.assert_array_equal(got["wins"], want.wins)
+    np.testing.assert_array_equal(got["n_pos"], want.n_pos)
+    np.testing.assert_array_equal(got["n_neg"], want.n_neg)
+    assert pooled == want.pooled_wins
+    # in-process lists, padding (score -inf) dropped, ranks 1-based
+    rows = [
+        (u, r + 1, want_ids[i, r], want_scores[i, r])
+        for i, u in enumerate(users)
+        for r in range(5)
+        if np.isfinite(want_scores[i, r])
+    ]
+    assert len(rows) < users.size * 5  # some users have fewer than 5 unseen items
+    expect = pd.DataFrame(rows, columns=["user", "rank", "item", "score"]).astype(object)
+    found = pd.DataFrame(lists.toPandas())[["user", "rank", "item", "score"]].astype(object)
+    found = found.sort_values(["user", "rank"]).reset_index(drop=True)
+    expect = expect.sort_values(["user", "rank"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(found, expect, check_dtype=False)
