@@ -42,6 +42,9 @@ ITEMS = 50_000
 
 def _write_events(events: int, ids: str, folder: Path) -> Path:
     """The synthetic events of this size as Parquet, ids as integers or as text."""
+    path = folder / f"events-{events}-{ids}.parquet"
+    if path.exists():
+        return path
     frame = synthetic.generate(events // 20, ITEMS, events, seed=0)
     if ids == "str":
         users = np.char.add("u", np.char.zfill(np.arange(events // 20).astype(str), 8))
@@ -50,7 +53,6 @@ def _write_events(events: int, ids: str, folder: Path) -> Path:
             user=pd.array(users[frame["user"].to_numpy()], dtype="str"),
             item=pd.array(items[frame["item"].to_numpy()], dtype="str"),
         )
-    path = folder / f"events-{events}-{ids}.parquet"
     frame.to_parquet(path, index=False)
     return path
 
@@ -128,6 +130,9 @@ def main() -> None:
     p.add_argument("--ids", nargs="+", default=["synthetic", "int", "str"])
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument(
+        "--folder", type=Path, help="keep the data and the runs' results here (default: a temp dir)"
+    )
+    p.add_argument(
         "--markdown", type=Path, nargs="+", help="only print the README table of these --json files"
     )
     args = p.parse_args()
@@ -136,9 +141,11 @@ def main() -> None:
         return
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        folder = args.folder or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         for events in args.events:
             for ids in args.ids:
-                results.append(run_case(events, ids, Path(tmp)))
+                results.append(run_case(events, ids, folder))
                 r = results[-1]
                 print(
                     f"{events:,} events, {ids} ids: wall {r['wall']:.1f} s, CPU {r['cpu']:.1f} s, "

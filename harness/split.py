@@ -46,7 +46,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from harness.data import ITEM, TIMESTAMP, USER
+from harness.data import ITEM, TIMESTAMP, USER, IdCodes
 from harness.errors import DataError
 from metrics.checks import require_choice, require_columns, require_int, require_range
 
@@ -347,11 +347,23 @@ def make_split(df: pd.DataFrame, method: str, **params: Any) -> Split:
 # --------------------------------------------------------------------------------- caching
 
 
-def data_hash(df: pd.DataFrame) -> str:
-    """Hex sha256 of a frame's content: column names, dtypes, index and values, in row order."""
+def data_hash(df: pd.DataFrame, coded: Mapping[str, IdCodes] | None = None) -> str:
+    """Hex sha256 of a frame's content: column names, dtypes, index and values, in row order.
+
+    ``coded``: text id columns of ``df`` as codes into their distinct values (what loading
+    computed); the digest is the same, without hashing every row's string again.
+    """
     h = hashlib.sha256()
     h.update(json.dumps([[str(c), str(df[c].dtype)] for c in df.columns]).encode())
-    h.update(pd.util.hash_pandas_object(df, index=True).to_numpy().tobytes())
+    view = df
+    if coded:  # pandas hashes a categorical by its values: hash each distinct id once
+        view = df.assign(
+            **{
+                name: pd.Categorical.from_codes(c.codes, categories=pd.Index(c.uniques))
+                for name, c in coded.items()
+            }
+        )
+    h.update(pd.util.hash_pandas_object(view, index=True).to_numpy().tobytes())
     return h.hexdigest()
 
 

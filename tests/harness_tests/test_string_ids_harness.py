@@ -1,0 +1,183 @@
+"""String ids through loading and splitting: every way a text id column can arrive (Parquet
+text, Parquet dictionary, CSV, object, ``str``, categorical) gives the same frame, the same
+dataset digest and the same split rows and statistics as integer ids mapped one to one.
+
+The reference is the integer-id run of the same events: the text ids are ``u0042``/``i0007``
+(zero-padded, so text order is integer order and ties by id break the same way).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import hashing
+from harness.data import load_interactions, load_interactions_coded, validate_interactions
+from harness.datasets import load_dataset
+from harness.errors import DataError
+from harness.split import data_hash, make_split
+
+N_USERS, N_ITEMS = 60, 25
+METHODS = {
+    "global_time": {"cut": 0.7, "valid_cut": 0.5, "min_user_interactions": 2},
+    "leave_one_out": {"valid": True},
+    "user_time": {"test_ratio": 0.3, "kcore": 2},
+    "random": {"test_ratio": 0.25, "seed": 3, "unseen": "keep"},
+}
+
+
+def _int_events() -> pd.DataFrame:
+    """Integer-id events with timestamp ties (so tie order by item id matters)."""
+    rng = np.random.default_rng(7)
+    n = 900
+    frame = pd.DataFrame(
+        {
+            "user": rng.integers(0, N_USERS, n),
+            "item": rng.integers(0, N_ITEMS, n),
+            "timestamp": 1_700_000_000 + rng.integers(0, 300, n) * 60,
+            "rating": rng.integers(1, 6, n).astype(float),
+        }
+    )
+    return frame.drop_duplicates(["user", "item"]).reset_index(drop=True)
+
+
+def _user_text(ids: np.ndarray) -> np.ndarray:
+    return np.array([f"u{v:04d}" for v in ids], dtype=object)
+
+
+def _item_text(ids: np.ndarray) -> np.ndarray:
+    return np.array([f"i{v:04d}" for v in ids], dtype=object)
+
+
+def _as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """The integer-id frame with its ids written as text (one to one, order-preserving)."""
+    return frame.assign(
+        user=pd.array(_user_text(frame["user"].to_numpy()), dtype="str"),
+        item=pd.array(_item_text(frame["item"].to_numpy()), dtype="str"),
+    )
+
+
+def _categorical(values: pd.Series) -> pd.Categorical:
+    """A categorical of ``values`` whose categories are in reverse order, plus an unused one."""
+    categories = [*sorted(pd.unique(values.astype(object)), reverse=True), "zzz-unused"]
+    return pd.Categorical(values.astype(object), categories=categories)
+
+
+def _variants(ints: pd.DataFrame, tmp_path: Path) -> dict[str, pd.DataFrame]:
+    """The same text-id events loaded every way they can come."""
+    text = _as_text(ints)
+    out: dict[str, pd.DataFrame] = {}
+    text.to_parquet(tmp_path / "text.parquet")
+    out["parquet text"] = load_interactions(tmp_path / "text.parquet")
+    cat = text.assign(user=_categorical(text["user"]), item=_categorical(text["item"]))
+    cat.to_parquet(tmp_path / "dictionary.parquet")
+    out["parquet dictionary"] = load_interactions(tmp_path / "dictionary.parquet")
+    # spaces around ids are removed: " u0001" and "u0001" are one id
+    spaced = text.assign(user=text["user"].where(text.index % 3 != 0, " " + text["user"] + " "))
+    spaced.to_csv(tmp_path / "text.csv", index=False)
+    out["csv, spaces"] = load_interactions(tmp_path / "text.csv")
+    out["object"] = validate_interactions(
+        text.astype({"user": object, "item": object}), source="frame"
+    )
+    out["str"] = validate_interactions(text, source="frame")
+    out["categorical"] = validate_interactions(cat, source="frame")
+    return out
+
+
+def test_text_ids_load_to_the_same_frame_every_way(tmp_path: Path) -> None:
+    ints = _int_events()
+    want = _as_text(validate_interactions(ints, source="frame"))
+    for name, got in _variants(ints, tmp_path).items():
+        assert str(got["user"].dtype) == "str", name
+        pd.testing.assert_frame_equal(got, want, obj=name)
+
+
+def test_digest_from_the_loader_codes_is_the_plain_digest(tmp_path: Path) -> None:
+    text = _as_text(_int_events())
+    text.to_parquet(tmp_path / "e.parquet")
+    frame, coded = load_interactions_coded(tmp_path / "e.parquet")
+    assert set(coded) == {"user", "item"}
+    for name, codes in coded.items():  # the codes rebuild the column
+        assert codes.uniques.is_unique
+        np.testing.assert_array_equal(
+            codes.uniques.to_numpy(dtype=object)[codes.codes], frame[name].to_numpy(dtype=object)
+        )
+    plain = data_hash(frame)
+    assert data_hash(frame, coded) == plain
+    assert load_dataset({"kind": "file", "path": str(tmp_path / "e.parquet")}).sha256 == plain
+    # a duplicates policy that removes rows gives no codes (they would be stale)
+    dup = pd.concat([text, text.iloc[:3]], ignore_index=True)
+    dup.to_parquet(tmp_path / "dup.parquet")
+    frame, coded = load_interactions_coded(tmp_path / "dup.parquet", duplicates="keep_first")
+    assert coded == {} and len(frame) == len(text)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_text_ids_split_into_the_rows_of_integer_ids(method: str, tmp_path: Path) -> None:
+    ints = validate_interactions(_int_events(), source="frame")
+    variants = _variants(_int_events(), tmp_path)
+    # random draws hash ids by value (text hashes differ from integer ones): its reference is
+    # the split of a plain Python-object text column
+    ref = (
+        make_split(ints, method, **METHODS[method])
+        if method != "random"
+        else make_split(variants.pop("object"), method, **METHODS[method])
+    )
+    assert len(ref.test) and len(ref.train)
+    for name, frame in variants.items():
+        got = make_split(frame, method, **METHODS[method])
+        assert got.stats == ref.stats, (name, method)
+        for part in ("train", "test", "valid"):
+            a, b = getattr(ref, part), getattr(got, part)
+            if a is None:
+                assert b is None
+                continue
+            want = _as_text(a) if method != "random" else a
+            pd.testing.assert_frame_equal(b, want, obj=f"{name} {method} {part}")
+
+
+def test_hash_ids_is_the_same_for_every_text_dtype() -> None:
+    values = pd.Series(["b", "a", "c", "a", "b"], dtype=object)
+    want = hashing.hash_ids(values.to_numpy())
+    for dtype in ("str", "category", object):
+        np.testing.assert_array_equal(hashing.hash_ids(values.astype(dtype)), want, str(dtype))
+    cat = pd.Series(_categorical(values))
+    np.testing.assert_array_equal(hashing.hash_ids(cat), want)
+    # integer ids hash by value whatever holds them
+    ints = pd.Series([5, 3, 5, 9])
+    np.testing.assert_array_equal(
+        hashing.hash_ids(ints.astype("category")), hashing.hash_ids(ints.to_numpy())
+    )
+
+
+def test_near_duplicate_text_ids_are_named_in_row_order_from_every_source(
+    tmp_path: Path,
+) -> None:
+    rows = pd.DataFrame(
+        {"user": ["abc", "70", "70.0", "abc"], "item": [1, 2, 3, 4], "timestamp": [1, 2, 3, 4]}
+    )
+    want = "'70' at row 1 and '70.0' at row 2"
+    # categories in another order than the rows: the message still follows the rows
+    cat = rows.assign(user=pd.Categorical(rows["user"], categories=["70.0", "abc", "70"]))
+    for frame in (rows, cat):
+        with pytest.raises(DataError, match=want):
+            validate_interactions(frame, source="frame")
+    rows.to_parquet(tmp_path / "near.parquet")
+    with pytest.raises(DataError, match=rf"near\.parquet: column 'user' has ids .*{want}"):
+        load_interactions(tmp_path / "near.parquet")
+
+
+def test_parquet_text_id_errors_name_the_row(tmp_path: Path) -> None:
+    frame = pd.DataFrame(
+        {"user": ["a", "b", None], "item": ["x", "y", "z"], "timestamp": [1, 2, 3]}
+    )
+    frame.to_parquet(tmp_path / "null.parquet")
+    with pytest.raises(DataError, match=r"column 'user' has 1 null id\(s\), e\.g\. null at row 2"):
+        load_interactions(tmp_path / "null.parquet")
+    dup = pd.DataFrame({"user": ["a", "a"], "item": [" x", "x"], "timestamp": [5, 5]})
+    dup.to_parquet(tmp_path / "dup.parquet")
+    with pytest.raises(DataError, match=r"2 rows in duplicate events, e\.g\. user='a' item='x'"):
+        load_interactions(tmp_path / "dup.parquet")
