@@ -369,7 +369,12 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     with stages.stage("split", f"splitting {len(dataset.frame):,} events ({method})"):
         if spark is None:
             split = load_or_make_split(
-                dataset.frame, method, split_params, runs_dir / "splits", digest=dataset.sha256
+                dataset.frame,
+                method,
+                split_params,
+                runs_dir / "splits",
+                digest=dataset.sha256,
+                coded=dataset.coded,
             )
         else:
             spark_split, split = split_spark(events, method, split_params, driver_rows)

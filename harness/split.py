@@ -337,11 +337,62 @@ def make_split(df: pd.DataFrame, method: str, **params: Any) -> Split:
     ``params`` mixes the method's keywords and FILTER_PARAMS; ``Split.params`` records all of
     them with defaults filled in. Unknown method or param names raise ValueError listing names.
     """
-    effective = _effective_params(method, params)
+    return _make_split(df, method, params)
+
+
+def _make_split(
+    df: pd.DataFrame,
+    method: str,
+    params: Mapping[str, Any],
+    coded: Mapping[str, IdCodes] | None = None,
+) -> Split:
+    """:func:`make_split`; ``coded``: the text id columns' codes, if loading made them."""
+    effective = _effective_params(method, dict(params))
     method_kw = {k: v for k, v in effective.items() if k not in FILTER_PARAMS}
     filter_kw = {k: v for k, v in effective.items() if k in FILTER_PARAMS}
-    split = METHODS[method](df, **method_kw)
-    return apply_filters(split, **filter_kw)
+    view = _id_view(df, coded)
+    split = apply_filters(METHODS[method](view, **method_kw), **filter_kw)
+    return split if view is df else _rows_of(df, split)
+
+
+def _id_view(df: pd.DataFrame, coded: Mapping[str, IdCodes] | None = None) -> pd.DataFrame:
+    """``df`` with its ``str`` id columns as categoricals with sorted categories and a
+    ``RangeIndex``, or ``df`` itself when no id column is text.
+
+    Every step of a split groups, counts, orders or hashes ids: on a categorical each is done on
+    codes, and the text is hashed once here instead of once per step. Sorted categories keep
+    "ties by item id" in text order, and ids hash by value (:func:`harness.hashing.hash_ids`).
+    ``coded``: codes of the columns from loading (then no row's text is hashed at all).
+    """
+    text = [
+        name
+        for name in (USER, ITEM)
+        if name in df.columns and isinstance(df[name].dtype, pd.StringDtype)
+    ]
+    if not text:
+        return df
+    columns = {}
+    for name in text:
+        known = (coded or {}).get(name)
+        if known is not None and len(known.codes) == len(df):
+            order = known.uniques.argsort().to_numpy()  # sorted as pd.factorize(sort=True)
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            codes, uniques = rank[known.codes], known.uniques.iloc[order]
+        else:
+            codes, uniques = pd.factorize(df[name], sort=True)
+        columns[name] = pd.Categorical.from_codes(codes, categories=pd.Index(uniques))
+    return df.assign(**columns).set_axis(pd.RangeIndex(len(df)))
+
+
+def _rows_of(df: pd.DataFrame, split: Split) -> Split:
+    """A split of :func:`_id_view` ``(df)`` as the same rows of ``df`` (the view's index labels
+    are row positions): same columns, dtypes, index labels and order as splitting ``df``."""
+
+    def rows(part: pd.DataFrame | None) -> pd.DataFrame | None:
+        return None if part is None else df.iloc[part.index.to_numpy()]
+
+    return replace(split, train=rows(split.train), test=rows(split.test), valid=rows(split.valid))
 
 
 # --------------------------------------------------------------------------------- caching
@@ -393,19 +444,21 @@ def load_or_make_split(
     cache_dir: str | os.PathLike[str],
     *,
     digest: str | None = None,
+    coded: Mapping[str, IdCodes] | None = None,
 ) -> Split:
     """Return the split cached under ``cache_dir/<key>/`` or make it, save it and return it.
 
     Saved as train/test/valid Parquet plus ``split.json`` (name, params, stats); the JSON is
     written last and the folder renamed into place, so a partial write is never reused.
-    ``digest``: ``data_hash(df)`` if the caller has it.
+    ``digest``: ``data_hash(df)`` if the caller has it; ``coded``: the codes of ``df``'s text
+    id columns, if loading made them (``Dataset.coded``).
     """
     digest = digest or data_hash(df)
     key = split_cache_key(df, method, params, digest=digest)
     target = Path(cache_dir) / key
     made = None
     if not (target / "split.json").is_file():
-        made = make_split(df, method, **dict(params))
+        made = _make_split(df, method, params, coded)
         save_split(made, cache_dir, key, digest)
     return _read_split(target, made)
 
@@ -635,6 +688,9 @@ def _coded(*parts: pd.DataFrame | None) -> list[pd.DataFrame | None]:
         if all(pd.api.types.is_integer_dtype(x.dtype) for x in series):
             columns[name] = [x.to_numpy() for x in series]
             continue
+        if _same_categories(series):  # parts of one categorical: its codes already are codes
+            columns[name] = [x.cat.codes.to_numpy().astype(np.int64) for x in series]
+            continue
         joined = series[0] if len(series) == 1 else pd.concat(series, ignore_index=True)
         codes, _ = pd.factorize(joined, sort=False)
         columns[name] = np.split(codes.astype(np.int64), np.cumsum([len(x) for x in series])[:-1])
@@ -656,6 +712,15 @@ def _coded(*parts: pd.DataFrame | None) -> list[pd.DataFrame | None]:
             )
         )
     return out
+
+
+def _same_categories(series: list[pd.Series]) -> bool:
+    """True when every series is a categorical with one and the same categories."""
+    first = series[0].dtype
+    return isinstance(first, pd.CategoricalDtype) and all(
+        isinstance(x.dtype, pd.CategoricalDtype) and x.cat.categories.equals(first.categories)  # type: ignore[attr-defined]
+        for x in series
+    )
 
 
 def _unseen(

@@ -18,7 +18,7 @@ from harness import hashing
 from harness.data import load_interactions, load_interactions_coded, validate_interactions
 from harness.datasets import load_dataset
 from harness.errors import DataError
-from harness.split import data_hash, make_split
+from harness.split import data_hash, load_or_make_split, make_split
 
 N_USERS, N_ITEMS = 60, 25
 METHODS = {
@@ -181,3 +181,34 @@ def test_parquet_text_id_errors_name_the_row(tmp_path: Path) -> None:
     dup.to_parquet(tmp_path / "dup.parquet")
     with pytest.raises(DataError, match=r"2 rows in duplicate events, e\.g\. user='a' item='x'"):
         load_interactions(tmp_path / "dup.parquet")
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_split_from_the_loader_codes_is_the_plain_split(method: str, tmp_path: Path) -> None:
+    # shuffled rows: the loader's codes are in order of first occurrence, not text order
+    ints = _int_events().sample(frac=1.0, random_state=1).reset_index(drop=True)
+    text = _as_text(ints)
+    text.to_parquet(tmp_path / "e.parquet")
+    dataset = load_dataset({"kind": "file", "path": str(tmp_path / "e.parquet")})
+    assert dataset.coded is not None and set(dataset.coded) == {"user", "item"}
+    got = load_or_make_split(
+        dataset.frame,
+        method,
+        METHODS[method],
+        tmp_path / "splits",
+        digest=dataset.sha256,
+        coded=dataset.coded,
+    )
+    plain = validate_interactions(text.astype({"user": object, "item": object}), source="f")
+    want = make_split(plain, method, **METHODS[method])
+    assert got.stats == want.stats
+    for part in ("train", "test", "valid"):
+        a, b = getattr(want, part), getattr(got, part)
+        if a is None:
+            assert b is None
+        else:
+            pd.testing.assert_frame_equal(b, a, obj=f"{method} {part}")
+    if method != "random":  # and the integer-id split of the same events, row for row
+        ref = make_split(validate_interactions(ints, source="f"), method, **METHODS[method])
+        assert got.stats == ref.stats
+        pd.testing.assert_frame_equal(got.test, _as_text(ref.test))
