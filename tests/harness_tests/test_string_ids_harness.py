@@ -8,6 +8,8 @@ The reference is the integer-id run of the same events: the text ids are ``u0042
 
 from __future__ import annotations
 
+import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +110,9 @@ def test_digest_from_the_loader_codes_is_the_plain_digest(tmp_path: Path) -> Non
     plain = data_hash(frame)
     assert data_hash(frame, coded) == plain
     assert load_dataset({"kind": "file", "path": str(tmp_path / "e.parquet")}).sha256 == plain
+    text.to_csv(tmp_path / "e.csv", index=False)  # CSV text: codes from factorizing the column
+    from_csv = load_dataset({"kind": "file", "path": str(tmp_path / "e.csv")})
+    assert from_csv.coded is not None and from_csv.sha256 == data_hash(from_csv.frame) == plain
     # a duplicates policy that removes rows gives no codes (they would be stale)
     dup = pd.concat([text, text.iloc[:3]], ignore_index=True)
     dup.to_parquet(tmp_path / "dup.parquet")
@@ -212,3 +217,43 @@ def test_split_from_the_loader_codes_is_the_plain_split(method: str, tmp_path: P
         ref = make_split(validate_interactions(ints, source="f"), method, **METHODS[method])
         assert got.stats == ref.stats
         pd.testing.assert_frame_equal(got.test, _as_text(ref.test))
+
+
+@pytest.mark.slow
+def test_whole_run_with_text_ids_gives_the_integer_id_tables(harness_cli, tmp_path: Path) -> None:
+    """``python -m harness dataset=file``: Parquet text ids and integer ids give the same
+    summary, per-user metrics and top-k lists (ids mapped back one to one, same tie order)."""
+    ints = validate_interactions(_int_events(), source="frame")
+    ints.to_parquet(tmp_path / "int.parquet")
+    _as_text(ints).to_parquet(tmp_path / "str.parquet")
+
+    def run(ids: str) -> Path:
+        cwd = tmp_path / ids
+        proc = harness_cli.run(
+            cwd,
+            "dataset=file",
+            f"dataset.path={tmp_path / f'{ids}.parquet'}",
+            "model=[popularity,item_knn]",
+            "tracking=none",
+            "progress=false",
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        found = re.findall(r"^results: (.+)$", proc.stdout, flags=re.MULTILINE)
+        return cwd / found[0].strip()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        as_int, as_str = pool.map(run, ("int", "str"))
+    pd.testing.assert_frame_equal(
+        pd.read_csv(as_str / "summary.csv"), pd.read_csv(as_int / "summary.csv")
+    )
+    to_user = {f"u{v:04d}": v for v in range(N_USERS)}
+    to_item = {f"i{v:04d}": v for v in range(N_ITEMS)}
+    for model in ("popularity", "item_knn"):
+        for table in ("per_user.parquet", "topk.parquet"):
+            want = pd.read_parquet(as_int / model / table).reset_index()  # per_user: by user
+            got = pd.read_parquet(as_str / model / table).reset_index()
+            assert str(got["user"].dtype) == "str"
+            got["user"] = got["user"].map(to_user).astype(want["user"].dtype)
+            if "item" in got.columns:
+                got["item"] = got["item"].map(to_item).astype(want["item"].dtype)
+            pd.testing.assert_frame_equal(got, want, check_exact=True, obj=f"{model} {table}")
