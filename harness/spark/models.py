@@ -766,11 +766,13 @@ def popularity_auc_counts(
     Reaching the driver: the histogram and, with ``pooled``, a per-score count of the relevant
     and excluded rows (both at most one row per distinct popularity value).
     """
+    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as sf
 
-    pairs = seen_pairs(train)
-    score = pairs.groupBy("item").agg(sf.count(sf.lit(1)).alias("s"))
+    disk = StorageLevel.MEMORY_AND_DISK
+    pairs = seen_pairs(train).persist(disk)
+    score = pairs.groupBy("item").agg(sf.count(sf.lit(1)).alias("s")).persist(disk)
     with _quiet():
         hist = pd.DataFrame(score.groupBy("s").agg(sf.count(sf.lit(1)).alias("n")).toPandas())
     n_items = int(hist["n"].sum())
@@ -786,35 +788,44 @@ def popularity_auc_counts(
         )
     else:
         rows = pos.select("user", "s", sf.lit(1).alias("p"))
-    # per (user, score): relevant rows and all excluded-from-negatives rows
-    at = rows.groupBy("user", "s").agg(
-        sf.sum("p").cast("bigint").alias("pos"), sf.count(sf.lit(1)).alias("taken")
+    # per (user, score): relevant rows and all rows taken from the negatives; partitioned by
+    # user once, so the aggregations and the window below need no further shuffle
+    at = (
+        rows.repartition("user")
+        .groupBy("user", "s")
+        .agg(sf.sum("p").cast("bigint").alias("pos"), sf.count(sf.lit(1)).alias("taken"))
     )
+    at = at.persist(disk)
     earlier = Window.partitionBy("user").orderBy("s").rowsBetween(Window.unboundedPreceding, -1)
-    at = at.withColumn("x_lt", sf.coalesce(sf.sum("taken").over(earlier), sf.lit(0)))
-    at = at.join(sf.broadcast(below), "s")
+    x_lt = sf.coalesce(sf.sum("taken").over(earlier), sf.lit(0))
     twice = sf.col("pos") * (sf.col("lt2") - 2 * sf.col("x_lt") - sf.col("taken"))
-    per_user = at.groupBy("user").agg(
-        sf.sum(twice).alias("w2"),
-        sf.sum("pos").alias("n_pos"),
-        sf.sum("taken").alias("n_taken"),
+    per_user = (
+        at.withColumn("x_lt", x_lt)
+        .join(sf.broadcast(below), "s")
+        .groupBy("user")
+        .agg(sf.sum(twice).alias("w2"), sf.sum("pos").alias("n_pos"), sf.sum("taken").alias("t"))
     )
     table = (
         mine.join(per_user, "user", "left")
-        .fillna(0, subset=["w2", "n_pos", "n_taken"])
+        .fillna(0, subset=["w2", "n_pos", "t"])
         .select(
             "user",
             (sf.col("w2") / 2).cast("double").alias("wins"),
             sf.col("n_pos").cast("double").alias("n_pos"),
-            (sf.lit(n_items) - sf.col("n_taken")).cast("double").alias("n_neg"),
+            (sf.lit(n_items) - sf.col("t")).cast("double").alias("n_neg"),
         )
+        .persist(disk)
     )
-    if not pooled:
-        return table, float("nan")
-    with _quiet():
-        counted = pd.DataFrame(
-            rows.groupBy("s")
-            .agg(sf.sum("p").cast("bigint").alias("pos"), sf.count(sf.lit(1)).alias("taken"))
-            .toPandas()
-        )
-    return table, _pooled_popularity_wins(hist, mine.count(), counted)
+    n_users = table.count()  # materialized: the intermediate tables can go
+    wins = float("nan")
+    if pooled:
+        with _quiet():
+            counted = pd.DataFrame(
+                at.groupBy("s")
+                .agg(sf.sum("pos").alias("pos"), sf.sum("taken").alias("taken"))
+                .toPandas()
+            )
+        wins = _pooled_popularity_wins(hist, n_users, counted)
+    for done in (at, score, pairs):
+        done.unpersist()
+    return table, wins
