@@ -362,6 +362,167 @@ def _item_keys(
     return q_keys, r_keys, values, 0, len(values)
 
 
+#: Rows of string ids fingerprinted per slice (temporaries that stay in cache).
+_FP_ROWS = 1 << 18
+#: ``_FP_KEEP[m]`` keeps the top ``m`` bytes of a little-endian word: a string's last m bytes.
+_FP_KEEP = np.array([0] + [(1 << 64) - (1 << (8 * (8 - m))) for m in range(1, 9)], dtype=np.uint64)
+_FP_MUL = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _chunk_fingerprints(chunk: pa.Array) -> np.ndarray:
+    """:func:`_fingerprints` of one Arrow ``string``/``large_string`` array."""
+    n = len(chunk)
+    out = np.empty(n, np.uint32)
+    if n == 0:
+        return out
+    _, offsets, data = chunk.buffers()[:3]
+    width = 8 if pa.types.is_large_string(chunk.type) else 4
+    ends = np.frombuffer(offsets, f"<i{width}", n + 1, chunk.offset * width)
+    raw = np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)
+    # the 8 bytes ending where each string ends, read unaligned straight from the buffer
+    words = np.ndarray((max(len(raw) - 7, 0),), "<u8", raw, strides=(1,))
+    head = np.zeros(16, np.uint8)  # strings ending in the first 8 bytes: zeros before them
+    head[8 : 8 + min(8, len(raw))] = raw[:8]
+    head_words = np.ndarray((9,), "<u8", head, strides=(1,))
+    for lo in range(0, n, _FP_ROWS):
+        end = ends[lo + 1 : lo + 1 + _FP_ROWS]
+        length = end - ends[lo : lo + len(end)]
+        if end[0] < 8:  # ends are sorted: only the first slices can end that early
+            early = int(np.searchsorted(end, 8))
+            word = np.empty(len(end), np.uint64)
+            word[:early] = head_words[end[:early]]
+            word[early:] = words[end[early:] - 8]
+        else:
+            word = words[end - 8]
+        word &= _FP_KEEP[np.minimum(length, 8)]
+        word ^= length.astype(np.uint64)
+        word *= _FP_MUL
+        word >>= np.uint64(32)
+        out[lo : lo + len(end)] = word
+    return out
+
+
+def _fingerprints(data: pa.ChunkedArray) -> np.ndarray:
+    """A 32-bit hash of each string (its length and last 8 bytes), read from Arrow's buffers
+    without encoding: equal strings hash equal, so rows can hold the same id only where their
+    hashes collide, which callers then compare exactly."""
+    parts = [_chunk_fingerprints(c) for c in data.chunks]
+    return np.concatenate(parts) if parts else np.empty(0, np.uint32)
+
+
+def _blocks(group_user: np.ndarray, group_start: np.ndarray, budget: int) -> Iterator[np.ndarray]:
+    """Evaluated groups in blocks of about ``budget`` padded cells, by length class."""
+    groups = np.flatnonzero(group_user >= 0)
+    sizes = np.diff(group_start)
+    level = np.ceil(np.log2(np.maximum(sizes[groups], 1))).astype(np.int64)
+    for lv in np.unique(level):
+        members = groups[level == lv]
+        per_batch = max(1, budget // int(sizes[members].max()))
+        for lo in range(0, len(members), per_batch):
+            yield members[lo : lo + per_batch]
+
+
+def _cells(
+    group_start: np.ndarray, groups: np.ndarray
+) -> tuple[slice | np.ndarray, np.ndarray | None, int]:
+    """Where the groups' lists sit as a padded ``[b, w]`` block: a slice of rows when they are
+    consecutive and equally long (then ``values[where].reshape(-1, w)``), else row positions
+    ``int[b, w]`` (0 in padding); the mask of real cells (None: no padding); and ``w``."""
+    start = group_start[groups]
+    length = group_start[groups + 1] - start
+    w = int(length.max()) if len(length) else 0
+    if (length == w).all():
+        if groups[-1] - groups[0] == len(groups) - 1:
+            return slice(int(start[0]), int(start[0]) + w * len(groups)), None, w
+        return start[:, None] + np.arange(w), None, w
+    cols = np.arange(w)
+    valid = cols[None, :] < length[:, None]
+    return np.where(valid, start[:, None] + cols, 0), valid, w
+
+
+def _block(values: np.ndarray, where: slice | np.ndarray, w: int) -> np.ndarray:
+    """``values`` at :func:`_cells`' ``where`` as ``[b, w]``."""
+    return values[where].reshape(-1, w) if isinstance(where, slice) else values[where]
+
+
+def _first_duplicate(
+    where: slice | np.ndarray,
+    valid: np.ndarray | None,
+    w: int,
+    fp: np.ndarray,
+    text: Callable[[np.ndarray], pa.Array],
+) -> tuple[int, str] | None:
+    """(block row, smallest duplicated id) of the first list holding an id twice, or None.
+
+    Lists are sorted by fingerprint; only lists where two fingerprints collide have their
+    ids (``text`` of row positions) compared exactly.
+    """
+    keys = _block(fp, where, w)
+    if valid is not None:  # padding above every 32-bit fingerprint, distinct per column
+        keys = np.where(valid, keys, np.uint64(1 << 32) + np.arange(w, dtype=np.uint64))
+    ordered = np.sort(keys, axis=1)
+    rows = np.flatnonzero((ordered[:, 1:] == ordered[:, :-1]).any(axis=1))
+    if rows.size == 0:
+        return None
+    if isinstance(where, slice):
+        pos = where.start + rows[:, None] * w + np.arange(w)
+    else:
+        pos = where[rows]
+    real = np.ones(pos.shape, bool) if valid is None else valid[rows]
+    row = np.broadcast_to(rows[:, None], real.shape)[real].astype(np.int64)
+    enc = text(pos[real]).dictionary_encode()
+    n = max(len(enc.dictionary), 1)
+    key = np.sort(row * n + enc.indices.to_numpy())
+    dup = key[1:][key[1:] == key[:-1]]
+    if dup.size == 0:
+        return None
+    first = int(dup[0] // n)
+    ids = enc.dictionary.take(pa.array(dup[dup // n == first] % n)).to_pylist()
+    return first, min(ids)
+
+
+def _cut(
+    group_start: np.ndarray,
+    group_user: np.ndarray,
+    score: np.ndarray,
+    fp: np.ndarray,
+    depth: int,
+    text: Callable[[np.ndarray], pa.Array],
+    users: Any,
+) -> tuple[np.ndarray, np.ndarray, ValueError | None]:
+    """The rows that can reach an evaluated user's top ``depth`` (score at least the list's
+    ``depth``-th best, so ties at the boundary stay whole), the groups' starts among them, and
+    the run's duplicate (user, item) error if any (the first in batch order, as
+    :func:`batches` would report it)."""
+    keep = np.zeros(len(score), bool)
+    for groups in _blocks(group_user, group_start, 1 << 23):
+        where, valid, w = _cells(group_start, groups)
+        found = _first_duplicate(where, valid, w, fp, text)
+        if found is not None:
+            row, item = found
+            error = ValueError(
+                f"run has duplicate (user, item) rows: user "
+                f"{_plain(users[group_user[groups[row]]])!r}, item {item!r} appears more than once"
+            )
+            return np.empty(0, np.int64), group_start, error
+        s = _block(score, where, w)
+        if valid is not None:
+            s = np.where(valid, s, -np.inf)
+        if depth < w:
+            kth = np.partition(s, w - depth, axis=1)[:, w - depth]
+            chosen = s >= kth[:, None]
+            if valid is not None:
+                chosen &= valid
+        else:
+            chosen = np.ones(s.shape, bool) if valid is None else valid
+        if isinstance(where, slice):
+            keep[where] = chosen.ravel()
+        else:
+            keep[where[chosen]] = True
+    kept = np.flatnonzero(keep)
+    return kept, np.searchsorted(kept, group_start).astype(group_start.dtype), None
+
+
 def _duplicates(key: np.ndarray) -> np.ndarray:
     """Positions (in ``key``'s sorted order) of repeated keys; ``key`` must be sorted."""
     return np.flatnonzero(key[1:] == key[:-1])
@@ -386,18 +547,34 @@ class Prepared:
     item_values: np.ndarray | None  # decoding of item keys (None: keys are the int ids)
     truth_items: np.ndarray  # item keys of every truth row, evaluated users or not (repeats)
     counts: dict[str, int] = field(default_factory=dict)
+    depth: int | None = None  # lists cut to the rows that can reach a top-`depth` list
+    run_strings: pa.ChunkedArray | None = None  # every run item id, when lists are cut
 
     def item_ids(self, keys: np.ndarray) -> np.ndarray:
         """Original item ids of item keys."""
         return keys if self.item_values is None else self.item_values[keys]
 
+    def run_item_ids(self) -> np.ndarray:
+        """The distinct ids of every run item (cut lists included)."""
+        if self.run_strings is not None:
+            return np.asarray(pc.unique(self.run_strings).to_numpy(zero_copy_only=False), object)
+        return self.item_ids(np.unique(self.run_items))
 
-def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepared:
-    """Validate, encode and index both tables once."""
+
+def prepare(
+    qrels: pd.DataFrame, run: pd.DataFrame, options: Options, *, depth: int | None = None
+) -> Prepared:
+    """Validate, encode and index both tables once.
+
+    ``depth``: the batches will only be asked for top-``depth`` lists (no candidates, no
+    R-precision, ordered ties). Arrow string item ids are then encoded only in the rows that can
+    reach such a list, and the run's duplicate check reads a fingerprint of every row instead.
+    """
     rel = validate_qrels(qrels)
     score = validate_run(run, object_ids=False)  # missing object ids: found while encoding
     _same_kind(qrels["user"], run["user"], "user")
     items_int = _same_kind(qrels["item"], run["item"], "item")
+    strings = None if items_int or depth is None else _arrow_strings(run["item"])
 
     # Every id becomes an int key ordered as the ids are (string ids: their rank among the
     # distinct ids, computed without turning the column into Python objects).
@@ -405,11 +582,16 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
     with ThreadPoolExecutor(n) if n > 1 else nullcontext() as pool:
         order, group_start, group = _group_rows(run["user"], pool)
         q_user, group_ids, user_values = _user_keys(qrels["user"], group, pool)
-        q_item, r_item, item_values, offset, span = _item_keys(
-            qrels["item"], run["item"], items_int, options.id_order, len(q_user), pool
-        )
+        if strings is None:
+            q_item, r_item, item_values, offset, span = _item_keys(
+                qrels["item"], run["item"], items_int, options.id_order, len(q_user), pool
+            )
+            if order is not None:
+                r_item = r_item[order]
+        else:
+            q_coded = _codes(qrels["item"], pool)
     if order is not None:
-        r_item, score = r_item[order], score[order]
+        score = score[order]
 
     q_users = _unique(q_user)
     if options.user_set == "truth":
@@ -421,6 +603,23 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
     q_code = index.get_indexer(q_user).astype(np.int64)
     if user_values is not None:
         users = user_values[users]
+
+    run_error = None
+    if strings is not None and depth is not None:
+        fp = _fingerprints(strings)
+        rows_of = (lambda p: p) if order is None else (lambda p: order[p])
+
+        def text(positions: np.ndarray) -> pa.Array:
+            return strings.take(pa.array(rows_of(positions))).combine_chunks()
+
+        kept, group_start, run_error = _cut(
+            group_start, group_user, score, fp if order is None else fp[order], depth, text, users
+        )
+        score = score[kept]
+        codes, values = _encode(text(kept))
+        (q_item, r_item), distinct = _link([q_coded, _Coded([codes], [values])], None)
+        item_values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)
+        offset, span = 0, len(item_values)
 
     truth_items = q_item  # every truth item, evaluated users or not (catalog size)
     keep = q_code >= 0
@@ -435,6 +634,8 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
             f"qrels has {dup.size} duplicate (user, item) row(s); first: user "
             f"{_plain(users[q_code[i]])!r}, item {_decode(item_values, q_item[i])!r}"
         )
+    if run_error is not None:
+        raise run_error
 
     n_users = len(users)
     n_rel = np.bincount(q_code, weights=rel >= options.relevance_threshold, minlength=n_users)
@@ -472,6 +673,8 @@ def prepare(qrels: pd.DataFrame, run: pd.DataFrame, options: Options) -> Prepare
         item_values=item_values,
         truth_items=truth_items,
         counts=counts,
+        depth=None if strings is None else depth,
+        run_strings=strings,
     )
 
 
@@ -565,14 +768,7 @@ def _check_duplicates(
 
 def _batches_of(prep: Prepared, budget: int) -> Iterator[np.ndarray]:
     """Evaluated groups in blocks of about ``budget`` padded cells, by length class."""
-    groups = np.flatnonzero(prep.group_user >= 0)
-    length = np.diff(prep.group_start)[groups]
-    level = np.ceil(np.log2(np.maximum(length, 1))).astype(np.int64)
-    for lv in np.unique(level):
-        members = groups[level == lv]
-        per_batch = max(1, budget // int(np.diff(prep.group_start)[members].max()))
-        for lo in range(0, len(members), per_batch):
-            yield members[lo : lo + per_batch]
+    return _blocks(prep.group_user, prep.group_start, budget)
 
 
 def batches(
@@ -590,10 +786,19 @@ def batches(
     widens it to each user's ``|T_u|``; ``need_candidates`` also returns every scored candidate
     with its relevance (for AUC and rating metrics).
     """
+    if prep.depth is not None and (
+        depth is None
+        or depth > prep.depth
+        or need_rprec
+        or need_candidates
+        or options.ndcg_ties != "ordered"
+    ):
+        raise ValueError(f"these inputs were prepared for top-{prep.depth} lists only")
     for groups in _batches_of(prep, budget):
         users = prep.group_user[groups]
         scores, items, length = _pad(prep, groups)
-        _check_duplicates(prep, users, items, length)
+        if prep.depth is None:  # cut lists were checked whole while preparing
+            _check_duplicates(prep, users, items, length)
         width = scores.shape[1]
         k = width if depth is None else min(depth, width)
         if need_rprec:

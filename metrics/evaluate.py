@@ -146,8 +146,7 @@ class _Accumulator:
 
 def _catalog_size(catalog: Any, prep: Prepared, train: pd.DataFrame | None) -> int:
     if catalog is None:
-        keys = np.concatenate([np.unique(prep.truth_items), np.unique(prep.run_items)])
-        parts = [prep.item_ids(keys)]
+        parts = [prep.item_ids(np.unique(prep.truth_items)), prep.run_item_ids()]
         if train is not None:
             parts.append(train["item"].to_numpy())
         return len(pd.unique(np.concatenate([np.asarray(p, dtype=object) for p in parts])))
@@ -199,8 +198,11 @@ def evaluate(
         raise ValueError(f"'batch_cells' must be a positive int (got {batch_cells!r})")
     named = _specs(names)
     specs = [s for _, s in named]
-    prep = prepare(qrels, run, opts)
     needs = _inputs(specs)
+    depth = _depth(specs)
+    need_rprec = any(s.definition.depth == "relevant" for s in specs)
+    only_top = not need_rprec and "candidates" not in needs and opts.ndcg_ties == "ordered"
+    prep = prepare(qrels, run, opts, depth=depth if only_top else None)
     popularity = None
     if "popularity" in needs:
         if train is None or "item" not in getattr(train, "columns", []):
@@ -220,8 +222,8 @@ def evaluate(
     for batch in batches(
         prep,
         opts,
-        depth=_depth(specs),
-        need_rprec=any(s.definition.depth == "relevant" for s in specs),
+        depth=depth,
+        need_rprec=need_rprec,
         need_candidates="candidates" in needs,
         budget=batch_cells,
     ):

@@ -1,0 +1,210 @@
+"""Arrow string item ids with only cutoff metrics: only the rows that can reach a top-k list are
+encoded, and the duplicate check reads a fingerprint of every row.
+
+The references never take that path: the same data with each id replaced by its rank in string
+order (integer ids), and the same string data with a metric that needs every row (``auc``).
+Ids include strings whose fingerprints collide (same length and last 8 bytes), scores tie often
+(ties at the k boundary decide the numbers), and duplicates sit anywhere in a list.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import metrics
+from metrics.engine import _fingerprints, prepare
+from metrics.options import Options
+
+KINDS = ["str", "arrow", "object", "category", "python"]
+TEXT = st.one_of(  # digit strings (not numeric order), any text, empty and astral ids
+    st.text(alphabet="0123456789", max_size=3),
+    st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=3),
+    st.sampled_from(["", "é", "e\u0301", "中", "😀", "Z", "a", "a\x00"]),
+)
+
+
+def column(values: list[str], kind: str) -> pd.Series:
+    """``values`` as an id column of ``kind``."""
+    if kind == "arrow":
+        return pd.Series(
+            pa.array(values, pa.large_string()), dtype=pd.ArrowDtype(pa.large_string())
+        )
+    if kind == "category":
+        return pd.Series(pd.Categorical(values, categories=sorted(set(values))[::-1]))
+    return pd.Series(
+        values, dtype={"str": "str", "object": object, "python": "string[python]"}[kind]
+    )
+
+
+def frame(rows: list[tuple], value: str, kind: str) -> pd.DataFrame:
+    """A qrels (``value="relevance"``) or run (``"score"``) DataFrame with ids of ``kind``."""
+    users, items, values = (list(c) for c in zip(*rows, strict=True))
+    return pd.DataFrame({"user": column(users, kind), "item": column(items, kind), value: values})
+
+
+def as_ints(rows: list[tuple], rank: dict[str, int]) -> list[tuple]:
+    """Rows with every id replaced by its rank in string order."""
+    return [(rank[u], rank[i], v) for u, i, v in rows]
+
+
+SETTINGS = settings(
+    max_examples=80,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+CUT = ["precision@1", "precision@3", "recall@3", "ndcg@3", "mrr@3", "map@3", "hit_rate@2"]
+CATALOG = ["coverage@3", "gini@3"]  # the default catalog counts every run item, cut or not
+#: same length and last 8 bytes: their fingerprints collide, only the exact check tells them apart
+TWINS = ["xABCDEFGH", "yABCDEFGH", "é_ABCDEFGH", "zz_ABCDEFGH", "ABCDEFGH", "\x00ABCDEFGH"]
+IDS = st.one_of(TEXT, st.sampled_from(TWINS))
+ARROW = ["str", "arrow"]
+
+
+@st.composite
+def tables(draw, duplicate: bool = False) -> tuple[list[tuple], list[tuple]]:
+    """qrels (user, item, relevance) and run (user, item, score) rows; lists up to 14 long with
+    scores in {0, 1, 2} (many ties); with ``duplicate``, one run row repeated (any score)."""
+    items = draw(st.lists(IDS, min_size=1, max_size=14, unique=True))
+    users = draw(st.lists(TEXT, min_size=1, max_size=5, unique=True))
+    pick = st.lists(st.sampled_from(items), unique=True, max_size=len(items))
+    qrels: list[tuple] = []
+    run: list[tuple] = []
+    for u in users:
+        in_truth, in_run = draw(st.sampled_from([(True, True), (True, False), (False, True)]))
+        if in_truth:
+            qrels += [(u, i, draw(st.integers(0, 3))) for i in draw(pick)]
+        if in_run:
+            run += [(u, i, float(draw(st.integers(0, 2)))) for i in draw(pick)]
+    if not qrels:
+        qrels.append((users[0], items[0], 1))
+    if not run:
+        run.append((users[0], items[0], 1.0))
+    if duplicate:
+        u, i, _ = draw(st.sampled_from(run))
+        run.insert(draw(st.integers(0, len(run))), (u, i, float(draw(st.integers(-1, 3)))))
+    if draw(st.booleans()):  # users interleaved: the run is not grouped
+        run = draw(st.permutations(run))
+    return qrels, run
+
+
+@SETTINGS
+@given(
+    t=tables(),
+    q_kind=st.sampled_from(KINDS),
+    r_kind=st.sampled_from(ARROW),
+    tie_break=st.sampled_from(["item_asc", "item_desc", "input_order"]),
+    user_set=st.sampled_from(["truth", "intersection"]),
+    names=st.sampled_from([CUT, CUT + CATALOG, ["precision@1"], ["ndcg@10", "recall@1"]]),
+)
+def test_cut_lists_match_int_ids_and_whole_lists(t, q_kind, r_kind, tie_break, user_set, names):
+    qrels, run = t
+    ids = sorted({x for rows in t for r in rows for x in r[:2]})
+    rank = {v: n for n, v in enumerate(ids)}
+    opts = {"tie_break": tie_break, "user_set": user_set}
+    want = metrics.evaluate(
+        pd.DataFrame(as_ints(qrels, rank), columns=["user", "item", "relevance"]),
+        pd.DataFrame(as_ints(run, rank), columns=["user", "item", "score"]),
+        names,
+        **opts,
+    )
+    q, r = frame(qrels, "relevance", q_kind), frame(run, "score", r_kind)
+    got = metrics.evaluate(q, r, names, **opts)
+    assert [rank[u] for u in got.per_user.index] == list(want.per_user.index)
+    np.testing.assert_array_equal(got.per_user.to_numpy(), want.per_user.to_numpy())
+    assert got.counts == want.counts
+    for name, value in want.summary.items():
+        np.testing.assert_allclose(got.summary[name], value, rtol=1e-12, atol=1e-15)
+    whole = metrics.evaluate(q, r, [*names, "auc"], **opts)  # auc reads every row: no cut
+    np.testing.assert_array_equal(got.per_user.to_numpy(), whole.per_user[names].to_numpy())
+
+
+def _outcome(q: pd.DataFrame, r: pd.DataFrame, names: list[str]) -> object:
+    """precision@1 per user, or the error message."""
+    try:
+        return metrics.evaluate(q, r, names).per_user["precision@1"].tolist()
+    except ValueError as err:
+        return str(err)
+
+
+@SETTINGS
+@given(t=tables(duplicate=True), q_kind=st.sampled_from(KINDS), r_kind=st.sampled_from(ARROW))
+def test_duplicates_anywhere_raise_the_whole_list_error(t, q_kind, r_kind):
+    # a duplicate in an evaluated user's list raises (the same message as without the cut);
+    # one in a user who is not evaluated does not (as without the cut)
+    qrels, run = t
+    q, r = frame(qrels, "relevance", q_kind), frame(run, "score", r_kind)
+    whole = _outcome(q, r, ["precision@1", "auc"])
+    truth_users = {u for u, _, _ in qrels}
+    dup_users = {u for u, i, _ in run if sum((u, i) == (x, y) for x, y, _ in run) > 1}
+    assert isinstance(whole, str) == bool(dup_users & truth_users)
+    got = _outcome(q, r, ["precision@1"])
+    assert got == whole or (np.isnan(got).tolist() == np.isnan(whole).tolist())
+
+
+def test_lists_are_cut_to_the_rows_that_can_reach_the_top():
+    # user "u": scores 3, 2, 2, 1, 0 -> top 2 needs the 3 and both 2s (tied at the boundary)
+    q = frame([("u", "a", 1)], "relevance", "str")
+    r = frame(
+        [("u", "e", 0.0), ("u", "b", 2.0), ("u", "a", 3.0), ("u", "d", 1.0), ("u", "c", 2.0)],
+        "score",
+        "str",
+    )
+    prep = prepare(q, r, Options(), depth=2)
+    assert sorted(prep.item_ids(prep.run_items)) == ["a", "b", "c"]
+    assert sorted(prep.run_item_ids()) == ["a", "b", "c", "d", "e"]
+    assert prepare(q, r, Options()).run_items.size == 5
+
+
+def test_a_duplicate_below_the_cutoff_is_still_found():
+    q = frame([("u", "a", 1)], "relevance", "str")
+    r = frame([("u", "a", 3.0), ("u", "b", 0.0), ("u", "c", 2.0), ("u", "b", 0.5)], "score", "str")
+    with pytest.raises(
+        ValueError, match=r"^run has duplicate \(user, item\) rows: user 'u', item 'b'"
+    ):
+        metrics.evaluate(q, r, ["precision@1"])
+
+
+def test_twins_collide_yet_are_different_ids():
+    data = pa.chunked_array([pa.array([*TWINS[:2], "ABCDEFGH", "xABCDEFGH"], pa.large_string())])
+    fp = _fingerprints(data)
+    assert fp[0] == fp[1] == fp[3]  # same length and last 8 bytes: the check must compare text
+    q = frame([("u", "xABCDEFGH", 1)], "relevance", "str")
+    r = frame([("u", "xABCDEFGH", 1.0), ("u", "yABCDEFGH", 1.0)], "score", "str")
+    assert metrics.evaluate(q, r, ["precision@1"]).summary["precision@1"] == 1.0
+    desc = metrics.evaluate(q, r, ["precision@1"], tie_break="item_desc")
+    assert desc.summary["precision@1"] == 0.0
+
+
+def _naive_equal(strings: list[str]) -> np.ndarray:
+    """Row pairs (i < j) holding the same string."""
+    return np.array(
+        [
+            (i, j)
+            for i in range(len(strings))
+            for j in range(i + 1, len(strings))
+            if strings[i] == strings[j]
+        ]
+    )
+
+
+@SETTINGS
+@given(
+    strings=st.lists(IDS, min_size=1, max_size=30),
+    cut=st.integers(0, 30),
+    large=st.booleans(),
+)
+def test_equal_strings_have_equal_fingerprints_wherever_they_sit(strings, cut, large):
+    # in any chunk, at any offset of Arrow's buffers (slices, strings ending in the first bytes)
+    arr = pa.array(strings, pa.large_string() if large else pa.string())
+    cut = min(cut, len(strings))
+    fp = _fingerprints(pa.chunked_array([arr.slice(0, cut), arr.slice(cut)]))
+    assert fp.dtype == np.uint32 and len(fp) == len(strings)
+    for i, j in _naive_equal(strings):
+        assert fp[i] == fp[j]
