@@ -445,7 +445,7 @@ def evaluate_auc_counts_spark(
     from harness.spark.aggregate import _PAIRS, _pairs_histogram
     from harness.spark.io import _id_kind
 
-    opts = resolve_options(None, **options)
+    opts = resolve_options(**options)  # a "preset" key is the preset (the CLI passes one)
     named = _named(list(names))
     user_kind = _id_kind(counts, "user")
     cols = [("_kind", "int"), ("user", user_kind)]
