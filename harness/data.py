@@ -382,20 +382,12 @@ def _check_flat_parquet(path: str | os.PathLike[str], columns: list[str], source
 def _read_parquet_columns(
     path: str | os.PathLike[str], columns: list[str], schema: pa.Schema, ids: set[str]
 ) -> dict[str, pd.Series]:
-    """The file's ``columns`` as pandas reads them, except that the text columns among ``ids``
-    come dictionary-encoded (a categorical of the same values): far cheaper to read and
-    validate than one Python-visible string per row."""
+    """The file's ``columns`` as pandas reads them, except that text columns among ``ids``
+    stored dictionary-encoded come as a categorical of the same values: reading and validating
+    them then touches each distinct id once instead of one Python-visible string per row."""
     import pyarrow.parquet as pq
 
-    text = [
-        c
-        for c in dict.fromkeys(columns)
-        if c in ids
-        and (
-            pa.types.is_string(schema.field(c).type)
-            or pa.types.is_large_string(schema.field(c).type)
-        )
-    ]
+    text = [c for c in dict.fromkeys(columns) if c in ids and _dictionary_stored(path, schema, c)]
     rest = [c for c in dict.fromkeys(columns) if c not in text]
     frame = pd.read_parquet(path, columns=rest) if rest else None
     out = {c: frame[c].reset_index(drop=True) for c in rest} if frame is not None else {}
@@ -404,6 +396,35 @@ def _read_parquet_columns(
         for c in text:
             out[c] = pd.Series(table.column(c).to_pandas(), copy=False).reset_index(drop=True)
     return out
+
+
+def _dictionary_stored(path: str | os.PathLike[str], schema: pa.Schema, column: str) -> bool:
+    """True when a single Parquet file stores the text ``column`` as dictionary indices.
+
+    Plain text costs at least 4 bytes a value (the length prefix), so under 4 bytes a value
+    the pages hold indices into small dictionaries: reading them as a dictionary is cheap.
+    Many distinct ids overflow the writer's dictionary page and fall back to plain pages; then
+    merging per-chunk dictionaries would cost more than hashing the decoded text once.
+    """
+    import pyarrow.parquet as pq
+
+    kind = schema.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return False
+    if not Path(path).is_file():
+        return False
+    meta = pq.ParquetFile(path).metadata
+    if meta.num_row_groups == 0 or meta.num_rows == 0:
+        return False
+    first = meta.row_group(0)
+    leaves = [first.column(i).path_in_schema for i in range(meta.num_columns)]
+    if column not in leaves:
+        return False
+    index = leaves.index(column)
+    size = sum(
+        meta.row_group(g).column(index).total_uncompressed_size for g in range(meta.num_row_groups)
+    )
+    return size < 4 * meta.num_rows
 
 
 def _file_columns(path: str | os.PathLike[str], kind: str, source: str) -> list[str]:

@@ -17,7 +17,13 @@ import pandas as pd
 import pytest
 
 from harness import hashing
-from harness.data import load_interactions, load_interactions_coded, validate_interactions
+from harness.data import (
+    _dictionary_stored,
+    _parquet_schema,
+    load_interactions,
+    load_interactions_coded,
+    validate_interactions,
+)
 from harness.datasets import load_dataset
 from harness.errors import DataError
 from harness.split import data_hash, load_or_make_split, make_split
@@ -72,7 +78,16 @@ def _variants(ints: pd.DataFrame, tmp_path: Path) -> dict[str, pd.DataFrame]:
     """The same text-id events loaded every way they can come."""
     text = _as_text(ints)
     out: dict[str, pd.DataFrame] = {}
-    text.to_parquet(tmp_path / "text.parquet")
+    # Parquet text pages of dictionary indices (read as a dictionary) and of plain text
+    many = pd.concat([text] * 8, ignore_index=True)  # enough rows to repeat every id
+    many.to_parquet(tmp_path / "indices.parquet")
+    schema = _parquet_schema(tmp_path / "indices.parquet")
+    assert _dictionary_stored(tmp_path / "indices.parquet", schema, "user")
+    out["parquet indices"] = load_interactions(
+        tmp_path / "indices.parquet", duplicates="keep_first"
+    )
+    text.to_parquet(tmp_path / "text.parquet", use_dictionary=False)
+    assert not _dictionary_stored(tmp_path / "text.parquet", schema, "user")
     out["parquet text"] = load_interactions(tmp_path / "text.parquet")
     cat = text.assign(user=_categorical(text["user"]), item=_categorical(text["item"]))
     cat.to_parquet(tmp_path / "dictionary.parquet")
@@ -188,13 +203,18 @@ def test_parquet_text_id_errors_name_the_row(tmp_path: Path) -> None:
         load_interactions(tmp_path / "dup.parquet")
 
 
+@pytest.mark.parametrize("pages", ["indices", "plain"])
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_split_from_the_loader_codes_is_the_plain_split(method: str, tmp_path: Path) -> None:
+def test_split_from_the_loader_codes_is_the_plain_split(
+    method: str, pages: str, tmp_path: Path
+) -> None:
     # shuffled rows: the loader's codes are in order of first occurrence, not text order
     ints = _int_events().sample(frac=1.0, random_state=1).reset_index(drop=True)
     text = _as_text(ints)
-    text.to_parquet(tmp_path / "e.parquet")
-    dataset = load_dataset({"kind": "file", "path": str(tmp_path / "e.parquet")})
+    path = tmp_path / "e.parquet"
+    text.to_parquet(path, use_dictionary=pages == "indices")
+    assert _dictionary_stored(path, _parquet_schema(path), "user") == (pages == "indices")
+    dataset = load_dataset({"kind": "file", "path": str(path)})
     assert dataset.coded is not None and set(dataset.coded) == {"user", "item"}
     got = load_or_make_split(
         dataset.frame,
