@@ -586,7 +586,8 @@ def _normalize_ids(s: pd.Series, source: str, label: str) -> tuple[pd.Series, Id
         inner, text = pd.factorize(text, sort=False)
         codes = inner[codes]
         text = pd.Series(text, copy=False)
-    return pd.Series(text.array.take(codes), index=s.index), IdCodes(codes, text)
+    small = codes.astype(np.int32 if len(text) < 2**31 else np.int64, copy=False)  # kept: compact
+    return pd.Series(text.array.take(codes), index=s.index), IdCodes(small, text)
 
 
 def _distinct_text(s: pd.Series) -> tuple[np.ndarray, pd.Series]:
