@@ -407,6 +407,8 @@ def _fingerprints(data: pa.ChunkedArray) -> np.ndarray:
     without encoding: equal strings hash equal, so rows can hold the same id only where their
     hashes collide, which callers then compare exactly."""
     parts = [_chunk_fingerprints(c) for c in data.chunks]
+    if len(parts) == 1:
+        return parts[0]
     return np.concatenate(parts) if parts else np.empty(0, np.uint32)
 
 
@@ -570,6 +572,8 @@ def prepare(
     R-precision, ordered ties). Arrow string item ids are then encoded only in the rows that can
     reach such a list, and the run's duplicate check reads a fingerprint of every row instead.
     """
+    if depth is not None and (not isinstance(depth, int) or depth < 1):
+        raise ValueError(f"'depth' must be a positive int (got {depth!r})")
     rel = validate_qrels(qrels)
     score = validate_run(run, object_ids=False)  # missing object ids: found while encoding
     _same_kind(qrels["user"], run["user"], "user")

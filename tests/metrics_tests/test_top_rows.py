@@ -162,6 +162,13 @@ def test_lists_are_cut_to_the_rows_that_can_reach_the_top():
     assert prepare(q, r, Options()).run_items.size == 5
 
 
+def test_depth_must_be_a_positive_int():
+    q = frame([("u", "a", 1)], "relevance", "str")
+    r = frame([("u", "a", 1.0)], "score", "str")
+    with pytest.raises(ValueError, match=r"^'depth' must be a positive int \(got 0\)$"):
+        prepare(q, r, Options(), depth=0)
+
+
 def test_a_duplicate_below_the_cutoff_is_still_found():
     q = frame([("u", "a", 1)], "relevance", "str")
     r = frame([("u", "a", 3.0), ("u", "b", 0.0), ("u", "c", 2.0), ("u", "b", 0.5)], "score", "str")
