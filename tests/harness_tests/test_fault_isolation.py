@@ -57,3 +57,23 @@ def test_plugin_class_from_a_package_with_parameters(harness_cli, tmp_path: Path
     # seen items, so it can only do as well as or worse than popularity with exclusion
     assert summary.loc["mine", "recall@10"] <= summary.loc["popularity", "recall@10"] + 1e-12
     assert summary.loc["mine", "recall@10"] > 0
+
+
+def test_every_model_failing_ends_with_their_errors_not_a_traceback(
+    harness_cli, tmp_path: Path
+) -> None:
+    proc = harness_cli.run(
+        tmp_path,
+        "model=[]",
+        "+model.bad_fit._target_=plugins.models.FailsToFit",
+        "compare=none",
+        quick=True,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "model 'bad_fit' FAILED" in proc.stdout and "Traceback" not in proc.stderr
+    summary = pd.read_csv(next((tmp_path / "runs" / "results").rglob("summary.csv")), index_col=0)
+    assert list(summary.index) == ["bad_fit"] and summary.loc["bad_fit"].isna().all()
+    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
+    exp = client.get_experiment_by_name("offline-eval")
+    (run,) = client.search_runs([exp.experiment_id], "tags.model = 'bad_fit'")
+    assert run.info.status == "FAILED"
