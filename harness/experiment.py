@@ -96,8 +96,9 @@ class ExperimentResult:
 
     def table(self) -> pd.DataFrame:
         """Model × metric summary (failed models as a row of NaN)."""
+        failed = dict.fromkeys(self.suite.names, float("nan"))
         rows = {
-            name: (o.evaluation.summary if o.evaluation else dict.fromkeys(self.suite.names))
+            name: (o.evaluation.summary if o.evaluation else failed)
             for name, o in self.outcomes.items()
         }
         return pd.DataFrame.from_dict(rows, orient="index", columns=list(self.suite.names))

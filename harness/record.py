@@ -424,9 +424,8 @@ def job_row(
 ) -> dict[str, Any]:
     """A multirun job as one row: its overrides, each model's headline metric, its decision,
     its results folder and parent run."""
-    # a failed model's values are None: NaN here, so a run whose models all failed still ends
     values = (
-        {str(m): float(v) for m, v in pd.to_numeric(summary[headline]).items()}
+        {str(m): float(v) for m, v in summary[headline].items()}
         if headline in summary.columns
         else {}
     )
