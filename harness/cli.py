@@ -378,6 +378,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
             )
         else:
             spark_split, split = split_spark(events, method, split_params, driver_rows)
+    dataset = dataset.without_codes()  # the split's ids codes: not needed any more
     check_usable(split, dataset.frame)  # empty train/test: data error, exit 2, before any fit
     dropped = dropped_warning(split.stats, warn_share)
     if dropped:

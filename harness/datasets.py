@@ -41,6 +41,11 @@ class Dataset:
         logged ``dataset.sha256`` both use it."""
         return self.digest or data_hash(self.frame)
 
+    def without_codes(self) -> Dataset:
+        """This dataset without ``coded`` (once the split has used them: their memory back);
+        the digest is kept."""
+        return self if self.coded is None else replace(self, coded=None, digest=self.sha256)
+
     def side_inputs(self) -> dict[str, Any]:
         """The side inputs that are set, as keyword arguments of ``metrics.evaluate``."""
         side = {

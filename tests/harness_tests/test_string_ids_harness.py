@@ -128,6 +128,8 @@ def test_digest_from_the_loader_codes_is_the_plain_digest(tmp_path: Path) -> Non
     text.to_csv(tmp_path / "e.csv", index=False)  # CSV text: codes from factorizing the column
     from_csv = load_dataset({"kind": "file", "path": str(tmp_path / "e.csv")})
     assert from_csv.coded is not None and from_csv.sha256 == data_hash(from_csv.frame) == plain
+    freed = from_csv.without_codes()  # after the split: the codes go, the digest stays
+    assert freed.coded is None and freed.digest == plain and freed.frame is from_csv.frame
     # a duplicates policy that removes rows gives no codes (they would be stale)
     dup = pd.concat([text, text.iloc[:3]], ignore_index=True)
     dup.to_parquet(tmp_path / "dup.parquet")
