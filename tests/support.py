@@ -14,7 +14,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,15 @@ QUICK = ("experiment=quick", "progress=false")
 
 
 # ---------------------------------------------------------------------------- the CLI
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One engine's finished CLI run: the process, its working folder, its results folder."""
+
+    proc: subprocess.CompletedProcess[str]
+    cwd: Path
+    folder: Path
 
 
 class HarnessCli:
@@ -63,6 +74,21 @@ class HarnessCli:
             timeout=timeout,
             env=self.env(**(env or {})),
         )
+
+    def run_engines(
+        self, tmp_path: Path, *args: str, master: str = "local[2]", **kw: Any
+    ) -> dict[str, EngineRun]:
+        """The same command with ``engine=numpy`` and ``engine=spark`` (``master``), each in its
+        own folder under ``tmp_path``; both must exit 0. Keyword arguments go to :meth:`run`."""
+        found = {}
+        for engine in ("numpy", "spark"):
+            cwd = tmp_path / engine
+            extra = [] if engine == "numpy" else ["engine=spark", f"engine.master='{master}'"]
+            proc = self.run(cwd, *args, *extra, **kw)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent
+            found[engine] = EngineRun(proc, cwd, folder)
+        return found
 
     def start(
         self, cwd: Path, *args: str, quick: bool = False, env: dict[str, str] | None = None

@@ -362,15 +362,9 @@ def test_harness_engine_spark_equals_numpy_end_to_end(
     spark: Any, harness_cli: Any, tmp_path: Path
 ) -> None:
     """`python -m harness engine=spark` gives the numpy run's metrics, comparison and gate."""
-    outputs = {}
-    for engine in ("numpy", "spark"):
-        cwd = tmp_path / engine
-        extra = ["engine=spark", "engine.master='local[2]'"] if engine == "spark" else []
-        proc = harness_cli.run(cwd, *extra, quick=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent
-        outputs[engine] = (proc.stdout, folder)
-    (out_n, dir_n), (out_s, dir_s) = outputs["numpy"], outputs["spark"]
+    runs = harness_cli.run_engines(tmp_path, quick=True, timeout=600)
+    out_n, dir_n = runs["numpy"].proc.stdout, runs["numpy"].folder
+    out_s, dir_s = runs["spark"].proc.stdout, runs["spark"].folder
     summary_n = pd.read_csv(dir_n / "summary.csv", index_col=0)
     summary_s = pd.read_csv(dir_s / "summary.csv", index_col=0)
     assert np.allclose(summary_n.to_numpy(), summary_s.to_numpy(), atol=TOL, rtol=0)

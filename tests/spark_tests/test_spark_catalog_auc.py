@@ -302,14 +302,8 @@ def test_cli_engine_spark_catalog_auc_equals_numpy(harness_cli: Any, tmp_path: P
         "progress=false",
         "compare.n_resamples=50",
     ]
-    found = {}
-    for engine in ("numpy", "spark"):
-        cwd = tmp_path / engine
-        extra = ["engine=spark", "engine.master='local[2]'"] if engine == "spark" else []
-        proc = harness_cli.run(cwd, *common, *extra, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        found[engine] = next((cwd / "runs" / "results").rglob("summary.csv")).parent
-    dir_n, dir_s = found["numpy"], found["spark"]
+    runs = harness_cli.run_engines(tmp_path, *common, timeout=900)
+    dir_n, dir_s = runs["numpy"].folder, runs["spark"].folder
     summary_n = pd.read_csv(dir_n / "summary.csv", index_col=0)
     summary_s = pd.read_csv(dir_s / "summary.csv", index_col=0)
     assert list(summary_s.index) == ["popularity", "item_knn"]

@@ -24,14 +24,8 @@ def test_movielens_on_spark_equals_numpy(harness_cli: Any, tmp_path: Path) -> No
         "compare=none",
         "progress=false",
     ]
-    summaries = {}
-    for engine in ("numpy", "spark"):
-        cwd = tmp_path / engine
-        extra = ["engine=spark", "engine.master='local[2]'"] if engine == "spark" else []
-        proc = harness_cli.run(cwd, *common, *extra, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent
-        summaries[engine] = pd.read_csv(folder / "summary.csv", index_col=0)
+    runs = harness_cli.run_engines(tmp_path, *common, timeout=900)
+    summaries = {e: pd.read_csv(r.folder / "summary.csv", index_col=0) for e, r in runs.items()}
     numpy_run, spark_run = summaries["numpy"], summaries["spark"]
     assert list(numpy_run.index) == ["popularity", "random"] == list(spark_run.index)
     assert list(numpy_run.columns) == list(spark_run.columns)

@@ -60,15 +60,9 @@ def test_engine_spark_file_dataset_equals_numpy_and_logs_table_uris(
         "progress=false",
         "compare.n_resamples=200",
     ]
-    found = {}
-    for engine in ("numpy", "spark"):
-        cwd = tmp_path / engine
-        extra = ["engine=spark", "engine.master='local[2]'"] if engine == "spark" else []
-        proc = harness_cli.run(cwd, *common, *extra, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent
-        found[engine] = (proc.stdout, folder, cwd)
-    (out_n, dir_n, _), (out_s, dir_s, cwd_s) = found["numpy"], found["spark"]
+    runs = harness_cli.run_engines(tmp_path, *common, timeout=900)
+    out_n, dir_n = runs["numpy"].proc.stdout, runs["numpy"].folder
+    out_s, dir_s, cwd_s = runs["spark"].proc.stdout, runs["spark"].folder, runs["spark"].cwd
     summary_n = pd.read_csv(dir_n / "summary.csv", index_col=0)
     summary_s = pd.read_csv(dir_s / "summary.csv", index_col=0)
     assert list(summary_n.index) == ["popularity", "precomputed", "item_knn"]

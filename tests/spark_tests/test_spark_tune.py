@@ -24,17 +24,15 @@ def test_tuning_on_spark_matches_numpy(harness_cli: Any, tmp_path: Path) -> None
         "compare=none",
         "progress=false",
     ]
+    runs = harness_cli.run_engines(
+        tmp_path, *common, master="local[1]", module="harness.tune", timeout=1200
+    )
     found = {}
-    for engine in ("numpy", "spark"):
-        cwd = tmp_path / engine
-        extra = ["engine=spark", "engine.master='local[1]'"] if engine == "spark" else []
-        proc = harness_cli.run(cwd, *common, *extra, module="harness.tune", timeout=1200)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "FutureWarning" not in proc.stderr  # PySpark's pandas-3 notice is not shown
-        (db,) = (cwd / "runs" / "tuning").glob("item_knn-*.db")
+    for engine, done in runs.items():
+        assert "FutureWarning" not in done.proc.stderr  # PySpark's pandas-3 notice is not shown
+        (db,) = (done.cwd / "runs" / "tuning").glob("item_knn-*.db")
         study = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
-        folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent
-        found[engine] = (study.trials, pd.read_csv(folder / "summary.csv", index_col=0))
+        found[engine] = (study.trials, pd.read_csv(done.folder / "summary.csv", index_col=0))
     (trials_n, summary_n), (trials_s, summary_s) = found["numpy"], found["spark"]
     assert [t.state.name for t in trials_s] == ["COMPLETE"]
     assert [t.params for t in trials_s] == [t.params for t in trials_n]
