@@ -229,9 +229,7 @@ def _evaluate(
     rating = [n for n in suite.names if metrics.parse(n).definition.kind == "rating"]
     ranking = [n for n in suite.names if n not in rating]
     asked = [n for n in ranking if candidates is not None or n not in score_names] or ranking
-    ev = evaluate(
-        qrels, run, asked, train=split.train, catalog=catalog, **suite.evaluate_options()
-    )
+    ev = evaluate(qrels, run, asked, train=split.train, catalog=catalog, **suite.evaluate_options())
     if auc_counts is not None:
         ev = _with_scores(ev, _catalog_scores(auc_counts, users, score_names, ev.options), ranking)
     elif candidates is None and score_names:

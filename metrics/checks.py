@@ -63,9 +63,7 @@ def require_positive(name: str, value: object, zero: bool = False) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
-def require_range(
-    name: str, value: object, low: float, high: float, closed: str = "both"
-) -> float:
+def require_range(name: str, value: object, low: float, high: float, closed: str = "both") -> float:
     """``value`` is a real number in the interval from ``low`` to ``high``; ``closed`` says which
     ends belong to it: ``"both"``, ``"left"``, ``"right"`` or ``"neither"``."""
     left, right = closed in ("both", "left"), closed in ("both", "right")

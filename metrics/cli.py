@@ -103,9 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmp = p.add_argument_group("comparing two runs (RUN_B given)")
     cmp.add_argument("--test", choices=TESTS, default="randomization", help="p-value's test")
-    cmp.add_argument(
-        "--correction", choices=CORRECTIONS, default="holm", help="across the metrics"
-    )
+    cmp.add_argument("--correction", choices=CORRECTIONS, default="holm", help="across the metrics")
     cmp.add_argument("--confidence", type=float, default=0.95, help="of the bootstrap CIs")
     cmp.add_argument("--n-resamples", type=int, default=1000, help="bootstrap/randomization")
     cmp.add_argument("--seed", type=int, default=0, help="resampling seed")
@@ -143,9 +141,7 @@ def format_trec(ev: Evaluation, per_query: bool = False) -> str:
                 value = float(row[name])
                 if not math.isnan(value):
                     lines.append(f"{measure:<22s}\t{user}\t{_trec_value(measure, value)}")
-    lines += [
-        f"{m:<22s}\tall\t{_trec_value(m, float(ev.summary[n]))}" for n, m in measures.items()
-    ]
+    lines += [f"{m:<22s}\tall\t{_trec_value(m, float(ev.summary[n]))}" for n, m in measures.items()]
     return "\n".join(lines)
 
 

@@ -149,16 +149,12 @@ def gauc_weights(counts: AucCounts, gauc_weight: str = "candidates") -> np.ndarr
     """Each user's weight in ``gauc``: ``n_pos + n_neg`` (``"candidates"``) or ``n_pos``
     (``"positives"``)."""
     if gauc_weight not in ("candidates", "positives"):
-        raise ValueError(
-            f"'gauc_weight' must be 'candidates' or 'positives' (got {gauc_weight!r})"
-        )
+        raise ValueError(f"'gauc_weight' must be 'candidates' or 'positives' (got {gauc_weight!r})")
     weight = np.asarray(counts.n_pos, np.float64)
     return weight + counts.n_neg if gauc_weight == "candidates" else weight
 
 
-def matrix_auc_counts(
-    scores: np.ndarray, pos_rows: np.ndarray, pos_cols: np.ndarray
-) -> AucCounts:
+def matrix_auc_counts(scores: np.ndarray, pos_rows: np.ndarray, pos_cols: np.ndarray) -> AucCounts:
     """:class:`AucCounts` of each row of a dense score matrix: every finite entry is a scored
     candidate (``-inf`` marks items that are not, e.g. seen items excluded), the relevant ones at
     ``(pos_rows, pos_cols)`` (distinct pairs; those at ``-inf`` are not candidates and ignored).

@@ -425,9 +425,7 @@ def compare_models(
         tables = {n: o.evaluation.per_user for n, o in result.outcomes.items() if o.evaluation}
         for pair in pairs:
             pair.notes.append(
-                group_gap_note(
-                    pair, (tables[pair.baseline], tables[pair.candidate]), groups, spec
-                )
+                group_gap_note(pair, (tables[pair.baseline], tables[pair.candidate]), groups, spec)
             )
     return pairs, notes
 
@@ -485,9 +483,7 @@ def group_gap_note(
         except ValueError as err:
             return f"user-group gap of {metric}: not computed ({err})"
         means = ", ".join(f"{g} {m:.4f}" for g, m in gap.means.items())
-        parts.append(
-            f"{model} {gap.gap:.4f} [{gap.ci[0]:.4f}, {gap.ci[1]:.4f}] ({means})"
-        )
+        parts.append(f"{model} {gap.gap:.4f} [{gap.ci[0]:.4f}, {gap.ci[1]:.4f}] ({means})")
     return (
         f"user-group gap of {metric} (max − min group mean, {spec.confidence:.0%} CI): "
         + "; ".join(parts)

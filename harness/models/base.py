@@ -212,8 +212,7 @@ def candidate_arrays(users: object, items: object) -> tuple[np.ndarray, np.ndarr
         raise ValueError(f"'users' must be a 1-D array of user ids (got shape {users.shape})")
     if items.ndim != 2 or items.shape[0] != users.size:
         raise ValueError(
-            f"'items' must have shape (len(users), m) = ({users.size}, m) "
-            f"(got shape {items.shape})"
+            f"'items' must have shape (len(users), m) = ({users.size}, m) (got shape {items.shape})"
         )
     return users, items
 

@@ -72,8 +72,10 @@ class Verdict:
         if len(self.best) > 1:
             return f"{' and '.join(self.best)} tie as best on {self.metric} ({value})"
         if self.baseline is not None and self.best == [self.baseline]:
-            return (f"{self.best[0]}, the baseline, is best on {self.metric} ({value}): no "
-                    "candidate beats it")
+            return (
+                f"{self.best[0]}, the baseline, is best on {self.metric} ({value}): no "
+                "candidate beats it"
+            )
         if self.lift is not None and finite(self.lift[0]):
             value += f"; {fmt_ci(*self.lift, fmt_lift)} vs {self.baseline}"
         return f"{self.best[0]} is best on {self.metric} ({value})"
@@ -240,11 +242,21 @@ class ReportContext:
         not_gated = []
         if self.decisions:  # models neither gated nor the baseline (e.g. sanity baselines)
             not_gated = [
-                str(m) for m in summary.index
+                str(m)
+                for m in summary.index
                 if str(m) not in self.decisions and str(m) != baseline and str(m) not in failed
             ]
-        return Verdict(metric, best, value, baseline, lift,  # type: ignore[arg-type]
-                       decisions, not_gated, failed, self.overall_decision())
+        return Verdict(
+            metric,
+            best,
+            value,
+            baseline,
+            lift,  # type: ignore[arg-type]
+            decisions,
+            not_gated,
+            failed,
+            self.overall_decision(),
+        )
 
     def verdict_line(self) -> str:
         """The one-line verdict without its ``verdict:`` prefix: as given by the run, else
@@ -255,10 +267,14 @@ class ReportContext:
             summary = self.summary if self.summary is not None else pd.DataFrame()
             try:
                 text = gate.verdict_line(
-                    summary.apply(pd.to_numeric, errors="coerce"), self.decisions, v.overall,
-                    metric=v.metric, sanity=tuple(v.not_gated), baseline=v.baseline,
+                    summary.apply(pd.to_numeric, errors="coerce"),
+                    self.decisions,
+                    v.overall,
+                    metric=v.metric,
+                    sanity=tuple(v.not_gated),
+                    baseline=v.baseline,
                 )
             except (ValueError, KeyError, TypeError):  # e.g. a metric name the gate cannot parse
                 text = v.sentence()
         text = str(text)
-        return text[len(VERDICT_PREFIX):] if text.startswith(VERDICT_PREFIX) else text
+        return text[len(VERDICT_PREFIX) :] if text.startswith(VERDICT_PREFIX) else text

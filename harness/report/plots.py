@@ -79,21 +79,43 @@ def lift_plot(pair: PairComparison) -> bytes | None:
         if lift > xmax or lift < xmin:  # off scale: an arrow at the edge, labelled
             right = lift > xmax
             edge = xmax - 0.5 * pad if right else xmin + 0.5 * pad
-            ax.plot(edge, y, marker=">" if right else "<", color=color, markersize=9,
-                    linestyle="none")
-            ax.annotate(f"{lift:+.1%} (off scale)", (edge, y), textcoords="offset points",
-                        xytext=(-8 if right else 8, 0), ha="right" if right else "left",
-                        va="center", fontsize=8, color=color)
+            ax.plot(
+                edge, y, marker=">" if right else "<", color=color, markersize=9, linestyle="none"
+            )
+            ax.annotate(
+                f"{lift:+.1%} (off scale)",
+                (edge, y),
+                textcoords="offset points",
+                xytext=(-8 if right else 8, 0),
+                ha="right" if right else "left",
+                va="center",
+                fontsize=8,
+                color=color,
+            )
         else:
             if run_level:
                 ax.plot(lift, y, marker="D", color=color, markersize=7, linestyle="none")
             else:
                 ax.errorbar(
-                    lift, y, xerr=[[max(lift - low, 0.0)], [max(high - lift, 0.0)]], fmt="o",
-                    color=color, ecolor=color, elinewidth=2, capsize=4, markersize=7,
+                    lift,
+                    y,
+                    xerr=[[max(lift - low, 0.0)], [max(high - lift, 0.0)]],
+                    fmt="o",
+                    color=color,
+                    ecolor=color,
+                    elinewidth=2,
+                    capsize=4,
+                    markersize=7,
                 )
-            ax.annotate(f"{lift:+.1%}", (lift, y), textcoords="offset points", xytext=(0, 8),
-                        ha="center", fontsize=8, color=color)
+            ax.annotate(
+                f"{lift:+.1%}",
+                (lift, y),
+                textcoords="offset points",
+                xytext=(0, 8),
+                ha="center",
+                fontsize=8,
+                color=color,
+            )
         suffix = " (run-level)" if run_level else ""
         labels.append(f"{r['metric']}{' ↓' if not hib else ''}{suffix}")
     ax.axvline(0, color="black", linewidth=1)
@@ -101,9 +123,11 @@ def lift_plot(pair: PairComparison) -> bytes | None:
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(len(rows) - 0.3, -0.7)
     ax.xaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_xlabel("relative lift: candidate / baseline − 1  (↓: lower is better)"
-                  if any(not bool(r.get("higher_is_better", True)) for r in rows)
-                  else "relative lift: candidate / baseline − 1")
+    ax.set_xlabel(
+        "relative lift: candidate / baseline − 1  (↓: lower is better)"
+        if any(not bool(r.get("higher_is_better", True)) for r in rows)
+        else "relative lift: candidate / baseline − 1"
+    )
     ax.set_title(
         f"{pair.candidate} vs {pair.baseline}: relative lift with {ci_label(pair.table)} "
         "(all users)",
@@ -130,8 +154,7 @@ def differences_plot(pair: PairComparison) -> bytes | None:
     ax.hist(values, bins=bins, color="#54aeff", edgecolor="white")
     mean = float(values.mean())
     ax.axvline(0, color="black", linewidth=1, linestyle="--", label="no difference")
-    ax.axvline(mean, color=_RED if mean < 0 else _GREEN, linewidth=2,
-               label=f"mean {mean:+.4f}")
+    ax.axvline(mean, color=_RED if mean < 0 else _GREEN, linewidth=2, label=f"mean {mean:+.4f}")
     ax.set_xlabel(f"{pair.gsb_metric}: candidate − baseline, per user")
     ax.set_ylabel("users")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -166,14 +189,32 @@ def gsb_plot(pairs: Sequence[PairComparison]) -> bytes | None:
     for y, (_, good, same, bad, delta) in enumerate(bars):
         total = good + same + bad
         left = 0.0
-        for count, color, name in ((good, _GREEN, "good"), (same, _GREY, "same"),
-                                   (bad, _RED, "bad")):
+        for count, color, name in (
+            (good, _GREEN, "good"),
+            (same, _GREY, "same"),
+            (bad, _RED, "bad"),
+        ):
             share = count / total
-            ax.barh(y, share, left=left, height=0.6, color=color, edgecolor="white",
-                    label=name if y == 0 else None)
+            ax.barh(
+                y,
+                share,
+                left=left,
+                height=0.6,
+                color=color,
+                edgecolor="white",
+                label=name if y == 0 else None,
+            )
             if share >= 0.07:
-                ax.text(left + share / 2, y, f"{count:.0f}", ha="center", va="center",
-                        color="white", fontsize=9, fontweight="bold")
+                ax.text(
+                    left + share / 2,
+                    y,
+                    f"{count:.0f}",
+                    ha="center",
+                    va="center",
+                    color="white",
+                    fontsize=9,
+                    fontweight="bold",
+                )
             left += share
         ax.text(1.01, y, f"ΔGSB {delta:+.3f}", va="center", fontsize=9)
     ax.set_yticks(range(len(bars)), [b[0] for b in bars], fontsize=9)
@@ -182,8 +223,14 @@ def gsb_plot(pairs: Sequence[PairComparison]) -> bytes | None:
     ax.xaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("share of users (candidate better / same / worse than baseline)")
     ax.set_title("Good / Same / Bad per user", fontsize=10, loc="left")
-    ax.legend(ncols=3, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False,
-              borderaxespad=0.2)
+    ax.legend(
+        ncols=3,
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+        frameon=False,
+        borderaxespad=0.2,
+    )
     return _png(fig)
 
 
@@ -215,8 +262,9 @@ def tuning_plot(models: dict[str, Any], objective: str, maximize: bool) -> bytes
         curve = best_so_far([v for _, v in points], maximize)
         (line,) = ax.step(x, curve, where="post", label=f"{name} (best so far)")
         done = [(n, v) for n, v in points if v is not None]
-        ax.scatter([n for n, _ in done], [v for _, v in done], s=14, alpha=0.5,
-                   color=line.get_color())
+        ax.scatter(
+            [n for n, _ in done], [v for _, v in done], s=14, alpha=0.5, color=line.get_color()
+        )
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

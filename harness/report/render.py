@@ -53,7 +53,8 @@ def _html_cell(text: str) -> Markup:
     if not sep or not interval.endswith("]"):
         return Markup.escape(text)
     return Markup('<span class="nw">{}</span> <span class="nw">[{}</span>').format(
-        estimate, interval)
+        estimate, interval
+    )
 
 
 def _fence(text: str, lang: str = "") -> str:
@@ -158,7 +159,11 @@ def write_report(ctx: ReportContext, folder: Path) -> dict[str, Path]:
     html_path, md_path = folder / "report.html", folder / "report.md"
     html_path.write_text(_html(view), encoding="utf-8")
     md_path.write_text(_markdown(view, f"{IMAGE_FOLDER}/"), encoding="utf-8")
-    out: dict[str, Path] = {"html": html_path, "markdown": md_path, "md": md_path,
-                            "images": image_dir}
+    out: dict[str, Path] = {
+        "html": html_path,
+        "markdown": md_path,
+        "md": md_path,
+        "images": image_dir,
+    }
     out.update({f"image:{name}": path for name, path in written.items()})
     return out

@@ -198,9 +198,11 @@ def dataset_line(ctx: ReportContext) -> str:
     info = _dataset_info(ctx)
     if info is None:
         return str(ctx.dataset)
-    sizes = [f"{fmt_count(n)} {what}" for n, what in
-             ((info.events, "events"), (info.users, "users"), (info.items, "items"))
-             if n is not None]
+    sizes = [
+        f"{fmt_count(n)} {what}"
+        for n, what in ((info.events, "events"), (info.users, "users"), (info.items, "items"))
+        if n is not None
+    ]
     line = f"{info.name}: {', '.join(sizes)}" if sizes else info.name
     return f"{line}; source: {readable_source(info.source)}"
 
@@ -269,8 +271,7 @@ def unseen_line(stats: Mapping[str, Any]) -> tuple[str, str] | None:
     label = "Dropped (unseen in training)" if policy == "drop" else "Unseen in training, kept"
     if not unseen:
         every = " and ".join(parts)
-        return label, (f"none: every {every} user and item is in training "
-                       f"(split.unseen={policy})")
+        return label, (f"none: every {every} user and item is in training (split.unseen={policy})")
     return label, f"{'; '.join(out)}: user or item not in training (split.unseen={policy})"
 
 
@@ -306,9 +307,7 @@ def _pair_anchor(i: int, pair: PairComparison) -> str:
     return f"pair-{i}-{_slug(pair.candidate)}"
 
 
-def _decision_line(
-    candidate: str, d: GateDecision, pairs: list[PairComparison]
-) -> tuple[str, str]:
+def _decision_line(candidate: str, d: GateDecision, pairs: list[PairComparison]) -> tuple[str, str]:
     """``item_knn vs popularity (2 pass, 2 inconclusive): ndcg@10 lift +19.50% [..]``."""
     counts: dict[str, int] = {}
     for r in d.rules:
@@ -321,8 +320,12 @@ def _decision_line(
         row = pair.row(primary.metric, primary.segment)
         if row is not None and finite(number(row, "lift")):
             where = "" if primary.segment == "all" else f" ({primary.segment})"
-            lift = fmt_ci(number(row, "lift"), number(row, "lift_ci_low"),
-                          number(row, "lift_ci_high"), fmt_lift)
+            lift = fmt_ci(
+                number(row, "lift"),
+                number(row, "lift_ci_low"),
+                number(row, "lift_ci_high"),
+                fmt_lift,
+            )
             line += f": {primary.metric}{where} lift {lift}"
     return d.decision, line
 
@@ -337,16 +340,27 @@ def _rules_table(d: GateDecision) -> Table | None:
     rows = []
     for r in d.rules:
         ci = tuple(r.ci) if r.ci is not None else (np.nan, np.nan)
-        ci_text = (f"[{_rule_value(r.rule, ci[0])}, {_rule_value(r.rule, ci[1])}]"
-                   if finite(*ci) else "no CI")
-        rows.append([
-            Cell(r.rule), Cell(r.metric), Cell(r.segment), Cell(r.status, r.status),
-            Cell(_rule_value(r.rule, r.value)), Cell(ci_text),
-            Cell(_rule_value(r.rule, r.threshold)), Cell(r.reason),
-        ])
+        ci_text = (
+            f"[{_rule_value(r.rule, ci[0])}, {_rule_value(r.rule, ci[1])}]"
+            if finite(*ci)
+            else "no CI"
+        )
+        rows.append(
+            [
+                Cell(r.rule),
+                Cell(r.metric),
+                Cell(r.segment),
+                Cell(r.status, r.status),
+                Cell(_rule_value(r.rule, r.value)),
+                Cell(ci_text),
+                Cell(_rule_value(r.rule, r.threshold)),
+                Cell(r.reason),
+            ]
+        )
     header = ["Rule", "Metric", "Segment", "Status", "Value", "CI", "Threshold", "Reason"]
-    return Table(header, rows, {"class": "rules", "data-candidate": d.candidate},
-                 text_cols=(0, 1, 2, 3, 7))
+    return Table(
+        header, rows, {"class": "rules", "data-candidate": d.candidate}, text_cols=(0, 1, 2, 3, 7)
+    )
 
 
 def _summary_table(summary: pd.DataFrame | None) -> Table | None:
@@ -381,9 +395,18 @@ def _pair_table(pair: PairComparison, segment: str) -> Table | None:
         return None
     ci = ci_label(pair.table)
     header = [
-        "Metric", "n", f"Baseline: {pair.baseline}", f"Candidate: {pair.candidate}",
-        f"Δ [{ci}]", f"Relative lift [{ci}]", "p (randomization)", "p adjusted",
-        "Effect size d_z", "MDE (relative)", f"ΔGSB [{ci}]", "Good / Same / Bad",
+        "Metric",
+        "n",
+        f"Baseline: {pair.baseline}",
+        f"Candidate: {pair.candidate}",
+        f"Δ [{ci}]",
+        f"Relative lift [{ci}]",
+        "p (randomization)",
+        "p adjusted",
+        "Effect size d_z",
+        "MDE (relative)",
+        f"ΔGSB [{ci}]",
+        "Good / Same / Bad",
     ]
     rows = []
     for _, r in part.iterrows():
@@ -397,22 +420,31 @@ def _pair_table(pair: PairComparison, segment: str) -> Table | None:
             mde_text += f" ({mde_rel:.1%})"
         good, same, bad = (number(r, k) for k in ("gsb_good", "gsb_same", "gsb_bad"))
         counts = f"{good:.0f} / {same:.0f} / {bad:.0f}" if finite(good, same, bad) else MISSING
-        rows.append([
-            Cell(str(r["metric"])),
-            Cell(fmt_value(number(r, "n"), 0)),
-            Cell(fmt_value(number(r, "mean_a"))),
-            Cell(fmt_value(number(r, "mean_b"))),
-            Cell(fmt_ci(number(r, "diff"), diff_lo, diff_hi, signed4), tone(diff_lo, diff_hi, hib)),
-            Cell(fmt_ci(number(r, "lift"), lift_lo, lift_hi, fmt_lift),
-                 tone(lift_lo, lift_hi, hib)),
-            Cell(fmt_p(number(r, "p_randomization"))),
-            Cell(fmt_p(number(r, "p_adjusted"))),
-            Cell(fmt_value(number(r, "effect_size"), 2, sign=True)),
-            Cell(mde_text),
-            Cell(fmt_ci(number(r, "gsb_delta"), gsb_lo, gsb_hi, signed3),
-                 tone(gsb_lo, gsb_hi, True)),
-            Cell(counts),
-        ])
+        rows.append(
+            [
+                Cell(str(r["metric"])),
+                Cell(fmt_value(number(r, "n"), 0)),
+                Cell(fmt_value(number(r, "mean_a"))),
+                Cell(fmt_value(number(r, "mean_b"))),
+                Cell(
+                    fmt_ci(number(r, "diff"), diff_lo, diff_hi, signed4),
+                    tone(diff_lo, diff_hi, hib),
+                ),
+                Cell(
+                    fmt_ci(number(r, "lift"), lift_lo, lift_hi, fmt_lift),
+                    tone(lift_lo, lift_hi, hib),
+                ),
+                Cell(fmt_p(number(r, "p_randomization"))),
+                Cell(fmt_p(number(r, "p_adjusted"))),
+                Cell(fmt_value(number(r, "effect_size"), 2, sign=True)),
+                Cell(mde_text),
+                Cell(
+                    fmt_ci(number(r, "gsb_delta"), gsb_lo, gsb_hi, signed3),
+                    tone(gsb_lo, gsb_hi, True),
+                ),
+                Cell(counts),
+            ]
+        )
     attrs = {"class": "pair", "data-candidate": pair.candidate, "data-segment": segment}
     return Table(header, rows, attrs)
 
@@ -423,8 +455,10 @@ def _footnote(pair: PairComparison, segment: str) -> str | None:
     if "kind" in part:
         run_level = part.loc[part["kind"] == "run-level", "metric"].astype(str).tolist()
         if run_level:
-            notes.append(f"{', '.join(run_level)}: whole-run metric(s), no per-user values, so "
-                         f"no CI, test or GSB.")
+            notes.append(
+                f"{', '.join(run_level)}: whole-run metric(s), no per-user values, so "
+                f"no CI, test or GSB."
+            )
     if "higher_is_better" in part:
         lower = part.loc[~part["higher_is_better"].astype(bool), "metric"].astype(str).tolist()
         if lower:
@@ -455,7 +489,8 @@ def _pair_view(i: int, pair: PairComparison, ctx: ReportContext, plot: _Plotter)
     decision = ctx.decisions.get(pair.candidate)
     segments = (
         [s for s in dict.fromkeys(pair.table["segment"].astype(str)) if s != "all"]
-        if not pair.table.empty else []
+        if not pair.table.empty
+        else []
     )
     definitions = {**(getattr(pair, "segments", None) or {}), **ctx.segment_definitions}
     seg_views = []
@@ -472,12 +507,16 @@ def _pair_view(i: int, pair: PairComparison, ctx: ReportContext, plot: _Plotter)
         seg_views.append(SegmentView(title, table, _footnote(pair, seg)))
     slug = f"{i}_{_slug(pair.candidate)}"
     figures = [
-        plot(f"lift_{slug}.png",
-             f"Relative lift with CI per metric, {pair.candidate} vs {pair.baseline}",
-             lambda: plots.lift_plot(pair)),
-        plot(f"differences_{slug}.png",
-             f"Per-user {pair.gsb_metric} differences, {pair.candidate} − {pair.baseline}",
-             lambda: plots.differences_plot(pair)),
+        plot(
+            f"lift_{slug}.png",
+            f"Relative lift with CI per metric, {pair.candidate} vs {pair.baseline}",
+            lambda: plots.lift_plot(pair),
+        ),
+        plot(
+            f"differences_{slug}.png",
+            f"Per-user {pair.gsb_metric} differences, {pair.candidate} − {pair.baseline}",
+            lambda: plots.differences_plot(pair),
+        ),
     ]
     main = _pair_table(pair, "all")
     return PairView(
@@ -499,13 +538,20 @@ def _no_pairs_reason(ctx: ReportContext) -> str:
         first = given[0].strip().rstrip(".")
         return first[:1].upper() + first[1:] + "."
     summary = ctx.summary if ctx.summary is not None else pd.DataFrame()
-    ok = 0 if summary.empty else int(
-        (~summary.apply(pd.to_numeric, errors="coerce").isna().all(axis=1)).sum())
+    ok = (
+        0
+        if summary.empty
+        else int((~summary.apply(pd.to_numeric, errors="coerce").isna().all(axis=1)).sum())
+    )
     if ok < 2:
-        return (f"No comparison: only {ok} model(s) produced results, and a comparison needs a "
-                f"baseline and at least one candidate.")
-    return ("No comparison: no baseline was configured (compare.baseline), the baseline failed "
-            "or was not among the models, or comparisons were disabled. See the notes below.")
+        return (
+            f"No comparison: only {ok} model(s) produced results, and a comparison needs a "
+            f"baseline and at least one candidate."
+        )
+    return (
+        "No comparison: no baseline was configured (compare.baseline), the baseline failed "
+        "or was not among the models, or comparisons were disabled. See the notes below."
+    )
 
 
 def _kv(header: list[str], items: Mapping[str, Any], attrs: str = "kv") -> Table | None:
@@ -517,10 +563,16 @@ def _dataset_table(ctx: ReportContext) -> Table:
     info = _dataset_info(ctx)
     if info is None:
         return Table(["Dataset"], [[Cell(str(ctx.dataset))]], {"class": "dataset"})
-    rows = [[Cell(info.name), Cell(readable_source(info.source)), Cell(fmt_count(info.events)),
-             Cell(fmt_count(info.users)), Cell(fmt_count(info.items))]]
-    return Table(["Name", "Source", "Events", "Users", "Items"], rows, {"class": "dataset"},
-                 (0, 1))
+    rows = [
+        [
+            Cell(info.name),
+            Cell(readable_source(info.source)),
+            Cell(fmt_count(info.events)),
+            Cell(fmt_count(info.users)),
+            Cell(fmt_count(info.items)),
+        ]
+    ]
+    return Table(["Name", "Source", "Events", "Users", "Items"], rows, {"class": "dataset"}, (0, 1))
 
 
 def _split_parts(stats: Mapping[str, Any]) -> Table | None:
@@ -529,18 +581,24 @@ def _split_parts(stats: Mapping[str, Any]) -> Table | None:
         events = stats.get(f"n_{part}_events")
         if not finite(events) or (part == "valid" and not events):
             continue
-        rows.append([
-            Cell("validation" if part == "valid" else part),
-            Cell(fmt_count(events)),
-            Cell(fmt_count(stats.get(f"n_{part}_users"))),
-            Cell(fmt_count(stats.get(f"n_{part}_items"))),
-            Cell(fmt_time(stats.get(f"{part}_time_min"))),
-            Cell(fmt_time(stats.get(f"{part}_time_max"))),
-        ])
+        rows.append(
+            [
+                Cell("validation" if part == "valid" else part),
+                Cell(fmt_count(events)),
+                Cell(fmt_count(stats.get(f"n_{part}_users"))),
+                Cell(fmt_count(stats.get(f"n_{part}_items"))),
+                Cell(fmt_time(stats.get(f"{part}_time_min"))),
+                Cell(fmt_time(stats.get(f"{part}_time_max"))),
+            ]
+        )
     if not rows:
         return None
-    return Table(["Part", "Events", "Users", "Items", "First event", "Last event"], rows,
-                 {"class": "split"}, (0,))
+    return Table(
+        ["Part", "Events", "Users", "Items", "First event", "Last event"],
+        rows,
+        {"class": "split"},
+        (0,),
+    )
 
 
 def _split_stats(stats: Mapping[str, Any]) -> Table | None:
@@ -578,24 +636,37 @@ def _tuning_view(tuning: Mapping[str, Any], plot: _Plotter) -> TuningView | None
         trials = m.get("trials") or []
         params = m.get("best_params") or {}
         chosen = ", ".join(f"{k}={fmt_param(v)}" for k, v in params.items())
-        rows.append([
-            Cell(str(name)),
-            Cell(str(len(trials))),
-            Cell(str(m.get("trials_complete", 0))),
-            Cell(str(m.get("trials_failed", 0))),
-            Cell(fmt_value(m.get("best_value")) if m.get("best_value") is not None else "-"),
-            Cell(chosen or "(configured parameters: no trial completed)"),
-        ])
+        rows.append(
+            [
+                Cell(str(name)),
+                Cell(str(len(trials))),
+                Cell(str(m.get("trials_complete", 0))),
+                Cell(str(m.get("trials_failed", 0))),
+                Cell(fmt_value(m.get("best_value")) if m.get("best_value") is not None else "-"),
+                Cell(chosen or "(configured parameters: no trial completed)"),
+            ]
+        )
         if m.get("error"):
             notes.append(f"{name}: {m['error']}; the test run used its configured parameters")
     table = Table(
-        ["Model", "Trials", "Completed", "Failed", f"Best validation {objective}",
-         "Chosen parameters"],
-        rows, {"class": "tuning"}, (0, 5),
+        [
+            "Model",
+            "Trials",
+            "Completed",
+            "Failed",
+            f"Best validation {objective}",
+            "Chosen parameters",
+        ],
+        rows,
+        {"class": "tuning"},
+        (0, 5),
     )
     direction = "higher is better" if maximize else "lower is better"
-    curve = plot("tuning.png", f"Validation {objective} per trial and best so far ({direction})",
-                 lambda: plots.tuning_plot(dict(models), objective, maximize))
+    curve = plot(
+        "tuning.png",
+        f"Validation {objective} per trial and best so far ({direction})",
+        lambda: plots.tuning_plot(dict(models), objective, maximize),
+    )
     return TuningView(objective, TUNING_STATEMENT, table, curve, notes)
 
 
@@ -605,8 +676,9 @@ def build(ctx: ReportContext) -> ReportView:
     verdict = ctx.verdict()
     line, extra = _headline(ctx, verdict)
     toc = [("decision", "Decision"), ("summary", "Summary")]
-    toc += [(_pair_anchor(i, p), f"{p.candidate} vs {p.baseline}")
-            for i, p in enumerate(ctx.pairs, 1)]
+    toc += [
+        (_pair_anchor(i, p), f"{p.candidate} vs {p.baseline}") for i, p in enumerate(ctx.pairs, 1)
+    ]
     if ctx.pairs:
         toc.append(("gsb", "Good / Same / Bad"))
     tuning = _tuning_view(ctx.tuning, plot) if ctx.tuning else None
@@ -614,8 +686,11 @@ def build(ctx: ReportContext) -> ReportView:
         toc.append(("tuning", "Tuning"))
     toc += [("split", "Data, split and config"), ("notes", "Notes")]
     pairs = [_pair_view(i, p, ctx, plot) for i, p in enumerate(ctx.pairs, 1)]
-    gsb = plot("gsb.png", "Good / Same / Bad shares per pair",
-               lambda: plots.gsb_plot(ctx.pairs)) if ctx.pairs else None
+    gsb = (
+        plot("gsb.png", "Good / Same / Bad shares per pair", lambda: plots.gsb_plot(ctx.pairs))
+        if ctx.pairs
+        else None
+    )
     definitions = dict(ctx.segment_definitions)
     for pair in ctx.pairs:
         definitions = {**(getattr(pair, "segments", None) or {}), **definitions}
@@ -629,8 +704,10 @@ def build(ctx: ReportContext) -> ReportView:
         facts=_facts(ctx),
         warning=SAMPLED_CANDIDATES_WARNING if kind == "sampled" else None,
         toc=toc,
-        decisions=[DecisionView(c, d.baseline, d.decision, _rules_table(d))
-                   for c, d in ctx.decisions.items()],
+        decisions=[
+            DecisionView(c, d.baseline, d.decision, _rules_table(d))
+            for c, d in ctx.decisions.items()
+        ],
         summary=_summary_table(ctx.summary),
         pairs=pairs,
         gsb_plot=gsb,

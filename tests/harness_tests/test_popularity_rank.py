@@ -30,9 +30,7 @@ def _naive(train: pd.DataFrame, users: list, k: int, exclude: bool) -> tuple[lis
 def test_popularity_lists_match_a_naive_ranking(text_ids: bool, seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = 300
-    train = pd.DataFrame(
-        {"user": rng.integers(0, 40, n), "item": rng.integers(0, 25, n) * 3 - 20}
-    )
+    train = pd.DataFrame({"user": rng.integers(0, 40, n), "item": rng.integers(0, 25, n) * 3 - 20})
     # a heavy user who has seen almost the whole catalog, so padding appears
     heavy = pd.DataFrame({"user": 99, "item": np.arange(24) * 3 - 20})
     train = pd.concat([train, heavy], ignore_index=True)

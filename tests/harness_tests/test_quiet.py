@@ -132,7 +132,12 @@ def test_default_run_is_quiet_shows_steps_and_is_readable_in_mlflow(
 @pytest.mark.slow
 def test_multirun_ends_with_one_table_and_one_sweep_run(harness_cli, tmp_path: Path) -> None:
     done = harness_cli.run(
-        tmp_path, "-m", "experiment=quick", "compare=none", "name=sweep", "model=popularity,random",
+        tmp_path,
+        "-m",
+        "experiment=quick",
+        "compare=none",
+        "name=sweep",
+        "model=popularity,random",
         timeout=600,
     )
     assert done.returncode == 0, done.stderr

@@ -32,8 +32,29 @@ from harness.split import make_split
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 VOID = {"meta", "img", "br", "hr", "link", "input", "col", "wbr", "source"}
-MAIN_TAGS = ("html", "head", "body", "main", "table", "thead", "tbody", "tr", "th", "td",
-             "details", "summary", "div", "p", "ul", "li", "pre", "h1", "h2", "h3", "figure")
+MAIN_TAGS = (
+    "html",
+    "head",
+    "body",
+    "main",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "details",
+    "summary",
+    "div",
+    "p",
+    "ul",
+    "li",
+    "pre",
+    "h1",
+    "h2",
+    "h3",
+    "figure",
+)
 CHROMIUM = Path("/usr/bin/chromium")
 
 
@@ -69,8 +90,12 @@ class Page(HTMLParser):
             return
         self.stack.append(tag)
         if tag == "table":
-            table: dict[str, Any] = {"attrs": a, "rows": [], "classes": [],
-                                     "in_details": "details" in self.stack}
+            table: dict[str, Any] = {
+                "attrs": a,
+                "rows": [],
+                "classes": [],
+                "in_details": "details" in self.stack,
+            }
             self.tables.append(table)
             self._open_tables.append(table)
         elif tag == "tr" and self._open_tables:
@@ -124,8 +149,9 @@ def parse(html_text: str) -> Page:
     assert page.errors == []
     assert page.stack == [], f"unclosed tags: {page.stack}"
     for tag in MAIN_TAGS:
-        assert page.starts[tag] == page.ends[tag], f"<{tag}> opened {page.starts[tag]} times, " \
-            f"closed {page.ends[tag]}"
+        assert page.starts[tag] == page.ends[tag], (
+            f"<{tag}> opened {page.starts[tag]} times, closed {page.ends[tag]}"
+        )
     assert page.doctype.lower() == "doctype html"
     return page
 
@@ -187,22 +213,36 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     split = make_split(frame, "global_time", cut=0.8)
     suite = MetricSuite(k=10, names=("ndcg@10", "recall@10", "coverage@10"))
     models = {"popularity": PopularityModel(), "itemknn": ImplicitItemCosine()}
-    result = run_models(Dataset("synthetic", frame, "synthetic:seed=0"), split, models, suite,
-                        tmp_path_factory.mktemp("run") / "out", progress=False)
+    result = run_models(
+        Dataset("synthetic", frame, "synthetic:seed=0"),
+        split,
+        models,
+        suite,
+        tmp_path_factory.mktemp("run") / "out",
+        progress=False,
+    )
     assert not result.failed
     spec = CompareSpec(n_resamples=200)
     a, b = result.outcomes["popularity"], result.outcomes["itemknn"]
     assert a.evaluation is not None and b.evaluation is not None
     segs = segment_data(split.train, a.evaluation.per_user.index.to_numpy(), spec)
     pair = compare_pair(
-        "popularity", "itemknn", (a.evaluation.per_user, b.evaluation.per_user), suite.names,
-        spec, summaries=(a.evaluation.summary, b.evaluation.summary), segments=segs,
-        qrels=qrels_from_test(split.test, suite), recs=(a.recommendations, b.recommendations),
+        "popularity",
+        "itemknn",
+        (a.evaluation.per_user, b.evaluation.per_user),
+        suite.names,
+        spec,
+        summaries=(a.evaluation.summary, b.evaluation.summary),
+        segments=segs,
+        qrels=qrels_from_test(split.test, suite),
+        recs=(a.recommendations, b.recommendations),
         options=suite.evaluate_options(),
     )
-    gate = GateSpec(primary={"metric": "ndcg@10", "min_lift": 0.0},
-                    guardrails=[{"metric": "coverage@10", "margin": 0.1}],
-                    gsb={"metric": "ndcg@10", "min_delta": 0.0})
+    gate = GateSpec(
+        primary={"metric": "ndcg@10", "min_lift": 0.0},
+        guardrails=[{"metric": "coverage@10", "margin": 0.1}],
+        gsb={"metric": "ndcg@10", "min_delta": 0.0},
+    )
     decision = decide(pair, gate)
     ctx = ReportContext(
         title="Offline evaluation: report-test",
@@ -272,10 +312,14 @@ def test_metric_rows_match_the_comparison_table(real: dict[str, Any]) -> None:
     for (_, r), row, cls in zip(expected.iterrows(), rows, classes, strict=True):
         want = expected_cells(r)
         got = {
-            "metric": row[0], "baseline": row[col["Baseline: popularity"]],
-            "candidate": row[col["Candidate: itemknn"]], "diff": row[col["Δ [95% CI]"]],
-            "lift": row[col["Relative lift [95% CI]"]], "p": row[col["p (randomization)"]],
-            "p_adj": row[col["p adjusted"]], "d": row[col["Effect size d_z"]],
+            "metric": row[0],
+            "baseline": row[col["Baseline: popularity"]],
+            "candidate": row[col["Candidate: itemknn"]],
+            "diff": row[col["Δ [95% CI]"]],
+            "lift": row[col["Relative lift [95% CI]"]],
+            "p": row[col["p (randomization)"]],
+            "p_adj": row[col["p adjusted"]],
+            "d": row[col["Effect size d_z"]],
             "gsb": row[col["ΔGSB [95% CI]"]],
         }
         assert got == want
@@ -368,14 +412,25 @@ def test_sampled_candidates_warning_only_when_sampled(real: dict[str, Any]) -> N
 
 def test_no_pairs_failed_model_and_no_gate(real: dict[str, Any], tmp_path: Path) -> None:
     ctx: ReportContext = real["ctx"]
-    summary = pd.concat([
-        ctx.summary.iloc[:1],
-        pd.DataFrame([[np.nan] * ctx.summary.shape[1]], index=["broken<model>"],
-                     columns=ctx.summary.columns),
-    ])
+    summary = pd.concat(
+        [
+            ctx.summary.iloc[:1],
+            pd.DataFrame(
+                [[np.nan] * ctx.summary.shape[1]],
+                index=["broken<model>"],
+                columns=ctx.summary.columns,
+            ),
+        ]
+    )
     bare = dataclasses.replace(
-        ctx, summary=summary, pairs=[], decisions={}, overall=None, segment_definitions={},
-        notes=["broken<model> failed: RuntimeError: boom"], run_ids={},
+        ctx,
+        summary=summary,
+        pairs=[],
+        decisions={},
+        overall=None,
+        segment_definitions={},
+        notes=["broken<model> failed: RuntimeError: boom"],
+        run_ids={},
     )
     page = parse(render_html(bare))
     text = page.all_text()
@@ -398,22 +453,59 @@ def test_run_level_only_and_oriented_colours(real: dict[str, Any]) -> None:
     per-user differences; a second pair with an empty table; a gate that checked nothing."""
     nan = float("nan")
     rows = [
-        {"segment": "all", "metric": "coverage@10", "kind": "run-level", "higher_is_better": True,
-         "mean_a": 0.2, "mean_b": 0.3, "diff": 0.1, "lift": 0.5, "n": nan},
-        {"segment": "all", "metric": "gini@10", "kind": "per-user", "higher_is_better": False,
-         "n": 50, "mean_a": 0.5, "mean_b": 0.52, "diff": 0.02, "diff_ci_low": 0.01,
-         "diff_ci_high": 0.03, "lift": 0.04, "lift_ci_low": 0.02, "lift_ci_high": 0.06,
-         "p_randomization": 0.0004, "p_adjusted": 0.0008, "effect_size": 0.6, "mde": 0.01,
-         "mde_rel": 0.02, "gsb_good": 10, "gsb_same": 5, "gsb_bad": 35, "gsb_delta": -0.5,
-         "gsb_ci_low": -0.7, "gsb_ci_high": -0.3, "confidence": 0.9},
+        {
+            "segment": "all",
+            "metric": "coverage@10",
+            "kind": "run-level",
+            "higher_is_better": True,
+            "mean_a": 0.2,
+            "mean_b": 0.3,
+            "diff": 0.1,
+            "lift": 0.5,
+            "n": nan,
+        },
+        {
+            "segment": "all",
+            "metric": "gini@10",
+            "kind": "per-user",
+            "higher_is_better": False,
+            "n": 50,
+            "mean_a": 0.5,
+            "mean_b": 0.52,
+            "diff": 0.02,
+            "diff_ci_low": 0.01,
+            "diff_ci_high": 0.03,
+            "lift": 0.04,
+            "lift_ci_low": 0.02,
+            "lift_ci_high": 0.06,
+            "p_randomization": 0.0004,
+            "p_adjusted": 0.0008,
+            "effect_size": 0.6,
+            "mde": 0.01,
+            "mde_rel": 0.02,
+            "gsb_good": 10,
+            "gsb_same": 5,
+            "gsb_bad": 35,
+            "gsb_delta": -0.5,
+            "gsb_ci_low": -0.7,
+            "gsb_ci_high": -0.3,
+            "confidence": 0.9,
+        },
     ]
-    pair = PairComparison("base", "cand", pd.DataFrame(rows), "ndcg@10", {},
-                          ["GSB metric 'ndcg@10' is not in the compared metrics"])
+    pair = PairComparison(
+        "base",
+        "cand",
+        pd.DataFrame(rows),
+        "ndcg@10",
+        {},
+        ["GSB metric 'ndcg@10' is not in the compared metrics"],
+    )
     empty = PairComparison("base", "other", pd.DataFrame(), "ndcg@10")
     decision = decide(pair, GateSpec(primary={"metric": "ndcg@10"}))
     assert decision.decision == "INCONCLUSIVE"
-    ctx = dataclasses.replace(real["ctx"], pairs=[pair, empty], decisions={"cand": decision},
-                              overall=None)
+    ctx = dataclasses.replace(
+        real["ctx"], pairs=[pair, empty], decisions={"cand": decision}, overall=None
+    )
     page = parse(render_html(ctx))
     text = page.all_text()
     assert "Overall decision INCONCLUSIVE" in text  # derived from the decisions
@@ -440,11 +532,23 @@ def test_chromium_renders_the_report(real: dict[str, Any], tmp_path: Path) -> No
     paths = write_report(real["ctx"], tmp_path / "run")
     shot = tmp_path / "shot.png"
     subprocess.run(
-        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-         "--window-size=1280,2000", paths["html"].resolve().as_uri()],
-        check=False, capture_output=True, timeout=120,
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1280,2000",
+            paths["html"].resolve().as_uri(),
+        ],
+        check=False,
+        capture_output=True,
+        timeout=120,
     )
     assert shot.is_file(), "chromium wrote no screenshot"
     data = shot.read_bytes()
@@ -515,9 +619,20 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     root = tmp_path_factory.mktemp("quick")
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "experiment=quick", "tracking=none",
-         f"runs_dir={root / 'runs'}", "progress=false"],
-        cwd=root, capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "experiment=quick",
+            "tracking=none",
+            f"runs_dir={root / 'runs'}",
+            "progress=false",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     html_path = Path(re.findall(r"^report:\s+(\S+)$", proc.stdout, re.MULTILINE)[-1])
@@ -544,19 +659,21 @@ def expected_opening(run: dict[str, Any]) -> dict[str, str]:
     dropped_users, dropped_events = users_before - users_after, int((~seen).sum())
     assert dropped_users > 0  # the quick run does drop unseen users: the line must say so
     return {
-        "dataset": (f"{len(frame):,} events, {frame['user'].nunique():,} users, "
-                    f"{frame['item'].nunique():,} items"),
+        "dataset": (
+            f"{len(frame):,} events, {frame['user'].nunique():,} users, "
+            f"{frame['item'].nunique():,} items"
+        ),
         "source": "n_users=300, n_items=200, n_events=6000, seed=0",
         "train": f"train {iso_date(train['timestamp'].min())} → "
-                 f"{iso_date(train['timestamp'].max())} ({len(train):,} events",
+        f"{iso_date(train['timestamp'].max())} ({len(train):,} events",
         "test": f"test {iso_date(kept['timestamp'].min())} → "
-                f"{iso_date(kept['timestamp'].max())} ({len(kept):,} events, "
-                f"{users_after:,} users)",
+        f"{iso_date(kept['timestamp'].max())} ({len(kept):,} events, "
+        f"{users_after:,} users)",
         "cut": pd.Timestamp(cut, unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M:%S UTC"),
         "users": f"{dropped_users} of {users_before} test users "
-                 f"({dropped_users / users_before:.1%})",
+        f"({dropped_users / users_before:.1%})",
         "events": f"{dropped_events:,} of {len(test):,} test events "
-                  f"({dropped_events / len(test):.1%})",
+        f"({dropped_events / len(test):.1%})",
     }
 
 
@@ -567,8 +684,9 @@ def test_real_run_opens_with_dataset_split_dropped_users_and_verdict(
     summary = quick_run["summary"]
     best = str(summary["ndcg@10"].idxmax())  # the gate's primary metric in the default gate
     # each gated candidate's decision, as the terminal printed it
-    decisions = dict(re.findall(r"^(\S+) vs \S+.*\n  gate: (\w+)", quick_run["stdout"],
-                                re.MULTILINE))
+    decisions = dict(
+        re.findall(r"^(\S+) vs \S+.*\n  gate: (\w+)", quick_run["stdout"], re.MULTILINE)
+    )
     assert decisions
     md_head = markdown_text("\n".join(quick_run["md"].splitlines()[:16]))
     html_text = visible_text(quick_run["html"])
@@ -613,23 +731,25 @@ def test_real_run_markdown_renders_to_the_same_tables_and_numbers(
     import html as html_lib
 
     markdown_it = pytest.importorskip("markdown_it")
-    rendered = markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(
-        quick_run["md"])
+    rendered = (
+        markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(quick_run["md"])
+    )
     page = parse_fragment(rendered)
     report = parse(quick_run["html"])
     assert len(page.tables) == len(report.tables) >= 10
     for got, want in zip(page.tables, report.tables, strict=True):
         # every cell, in order; Markdown has no colour, so ▲/▼ stand for better/worse
-        for got_row, want_row, classes in zip(got["rows"], want["rows"], want["classes"],
-                                              strict=True):
-            arrows = [" ▲" if "better" in c else " ▼" if "worse" in c.split() else ""
-                      for c in classes]
+        for got_row, want_row, classes in zip(
+            got["rows"], want["rows"], want["classes"], strict=True
+        ):
+            arrows = [
+                " ▲" if "better" in c else " ▼" if "worse" in c.split() else "" for c in classes
+            ]
             assert got_row == [w + a for w, a in zip(want_row, arrows, strict=True)]
     alts = [html_lib.unescape(a) for a in re.findall(r'<img [^>]*alt="([^"]*)"', rendered)]
     assert len(alts) == len(report.images)
     text = visible_text(rendered) + " " + " ".join(alts)  # the HTML shows alt as a caption
-    assert Counter(NUMBER.findall(text)) == Counter(NUMBER.findall(
-        visible_text(quick_run["html"])))
+    assert Counter(NUMBER.findall(text)) == Counter(NUMBER.findall(visible_text(quick_run["html"])))
 
 
 def test_real_run_html_is_self_contained(quick_run: dict[str, Any]) -> None:
@@ -651,19 +771,36 @@ def test_real_run_html_is_self_contained(quick_run: dict[str, Any]) -> None:
 def test_verdict_and_opening_lines_from_hand_made_stats(real: dict[str, Any]) -> None:
     """A lower-is-better headline metric, unseen users kept (not dropped), a validation part."""
     ctx: ReportContext = real["ctx"]
-    summary = pd.DataFrame({"gini@10": [0.40, 0.30, np.nan], "ndcg@10": [0.2, 0.1, np.nan]},
-                           index=["popularity", "itemknn", "broken"])
+    summary = pd.DataFrame(
+        {"gini@10": [0.40, 0.30, np.nan], "ndcg@10": [0.2, 0.1, np.nan]},
+        index=["popularity", "itemknn", "broken"],
+    )
     stats = {
-        "unseen_policy": "keep", "cut": 86_400, "n_train_events": 10, "n_train_users": 3,
-        "train_time_min": 0, "train_time_max": 86_399, "n_valid_events": 4, "n_valid_users": 2,
-        "valid_time_min": 43_200, "valid_time_max": 86_000, "n_test_events": 8,
-        "n_test_users": 4, "test_time_min": 86_400, "test_time_max": 3 * 86_400,
-        "test_unseen_users": 1, "test_unseen_events": 2, "valid_unseen_users": 0,
-        "valid_unseen_events": 0, "train_filtered_events": 3, "train_filtered_users": 1,
+        "unseen_policy": "keep",
+        "cut": 86_400,
+        "n_train_events": 10,
+        "n_train_users": 3,
+        "train_time_min": 0,
+        "train_time_max": 86_399,
+        "n_valid_events": 4,
+        "n_valid_users": 2,
+        "valid_time_min": 43_200,
+        "valid_time_max": 86_000,
+        "n_test_events": 8,
+        "n_test_users": 4,
+        "test_time_min": 86_400,
+        "test_time_max": 3 * 86_400,
+        "test_unseen_users": 1,
+        "test_unseen_events": 2,
+        "valid_unseen_users": 0,
+        "valid_unseen_events": 0,
+        "train_filtered_events": 3,
+        "train_filtered_users": 1,
         "train_filtered_items": 0,
     }
-    hand = dataclasses.replace(ctx, summary=summary, split_stats=stats, primary_metric="gini@10",
-                               split="global_time")
+    hand = dataclasses.replace(
+        ctx, summary=summary, split_stats=stats, primary_metric="gini@10", split="global_time"
+    )
     v = hand.verdict()
     assert (v.metric, v.best, v.value) == ("gini@10", ["itemknn"], 0.30)  # lower is better
     assert v.failed == ["broken"] and [d for _, d in v.decisions] == [real["decision"].decision]
@@ -675,28 +812,40 @@ def test_verdict_and_opening_lines_from_hand_made_stats(real: dict[str, Any]) ->
     tied = dataclasses.replace(hand, summary=summary.assign(**{"gini@10": [0.3, 0.3, np.nan]}))
     assert tied.verdict().sentence() == "popularity and itemknn tie as best on gini@10 (0.3000)"
     base = dataclasses.replace(hand, primary_metric="ndcg@10").verdict()
-    assert base.sentence() == ("popularity, the baseline, is best on ndcg@10 (0.2000): no "
-                               "candidate beats it")
+    assert base.sentence() == (
+        "popularity, the baseline, is best on ndcg@10 (0.2000): no candidate beats it"
+    )
     row = real["pair"].row("ndcg@10")
     lift = real["ctx"].verdict()
     assert lift.best == [str(real["ctx"].summary["ndcg@10"].idxmax())] == ["itemknn"]
     assert lift.sentence() == (
         f"itemknn is best on ndcg@10 ({row['mean_b']:.4f}; {row['lift']:+.2%} "
-        f"[{row['lift_ci_low']:+.2%}, {row['lift_ci_high']:+.2%}] vs popularity)")
+        f"[{row['lift_ci_low']:+.2%}, {row['lift_ci_high']:+.2%}] vs popularity)"
+    )
     assert "Failed: broken." in head
-    assert ("Split: global_time at 1970-01-02 00:00:00 UTC: train 1970-01-01 → 1970-01-01 "
-            "(10 events, 3 users); validation 1970-01-01 → 1970-01-01 (4 events, 2 users); "
-            "test 1970-01-02 → 1970-01-04 (8 events, 4 users)") in head
-    assert ("Unseen in training, kept: 1 of 4 test users (25.0%) and 2 of 8 test events (25.0%); "
-            "0 of 2 validation users (0.0%) and 0 of 4 validation events (0.0%)") in head
+    assert (
+        "Split: global_time at 1970-01-02 00:00:00 UTC: train 1970-01-01 → 1970-01-01 "
+        "(10 events, 3 users); validation 1970-01-01 → 1970-01-01 (4 events, 2 users); "
+        "test 1970-01-02 → 1970-01-04 (8 events, 4 users)"
+    ) in head
+    assert (
+        "Unseen in training, kept: 1 of 4 test users (25.0%) and 2 of 8 test events (25.0%); "
+        "0 of 2 validation users (0.0%) and 0 of 4 validation events (0.0%)"
+    ) in head
     assert "Filtered: 3 events, 1 users, 0 items removed from training" in head
 
 
 def test_unseen_line_says_none_when_nothing_is_unseen() -> None:
     from harness.report.view import unseen_line
 
-    stats = {"unseen_policy": "drop", "n_test_users": 5, "n_test_events": 9,
-             "test_dropped_users": 0, "test_dropped_events": 0, "n_valid_events": 0}
+    stats = {
+        "unseen_policy": "drop",
+        "n_test_users": 5,
+        "n_test_events": 9,
+        "test_dropped_users": 0,
+        "test_dropped_events": 0,
+        "n_valid_events": 0,
+    }
     assert unseen_line(stats) == (
         "Dropped (unseen in training)",
         "none: every test user and item is in training (split.unseen=drop)",

@@ -47,7 +47,6 @@ def test_merged_states_equal_one_evaluation(every_metric, options: dict) -> None
     assert summary["coverage@5"] == pytest.approx(top["item"].nunique() / 60, abs=1e-12)
 
 
-
 def _toy_miss_rate() -> metrics.MetricDef:
     """A metric the library does not have, declared in one place: its kernel (items in the top
     k that are not relevant) and its reduction (a ratio of sums, Σ misses / Σ list lengths,

@@ -105,9 +105,7 @@ OPTION_SETS = [
 
 
 @pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: ",".join(map(str, o.values())))
-def test_every_metric_matches_numpy(
-    spark: Any, every_metric: Any, options: dict[str, Any]
-) -> None:
+def test_every_metric_matches_numpy(spark: Any, every_metric: Any, options: dict[str, Any]) -> None:
     qrels, run, train = synthetic(1)
     names = every_metric()
     assert {n.split("@")[0] for n in names} >= set(metrics.list_metrics()) - {"exposure"} - {
@@ -158,9 +156,7 @@ def test_a_metric_registered_at_run_time_runs_on_spark(spark: Any) -> None:
         unregister("toy_spark_miss_rate")
 
 
-def test_text_ids_catalog_and_parquet_inputs(
-    spark: Any, every_metric: Any, tmp_path: Path
-) -> None:
+def test_text_ids_catalog_and_parquet_inputs(spark: Any, every_metric: Any, tmp_path: Path) -> None:
     qrels, run, train = synthetic(2, text_ids=True)
     names = every_metric((3,))
     for frame, name in ((qrels, "qrels"), (run, "run"), (train, "train")):
