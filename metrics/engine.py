@@ -130,6 +130,27 @@ def _arrow_strings(series: pd.Series) -> pa.ChunkedArray | None:
     return data if isinstance(data, pa.ChunkedArray) else pa.chunked_array([data])
 
 
+def _cut_strings(series: pd.Series) -> pa.ChunkedArray | None:
+    """Item ids as Arrow strings for the cut path: Arrow-backed columns as they are; object and
+    Python-string columns converted once when every id is a ``str`` (cheaper than factorizing
+    the Python objects), missing ids reported; None for other columns (categoricals, mixed
+    types, bytes: the general path keeps their ``str()`` semantics)."""
+    data = _arrow_strings(series)
+    if data is not None or isinstance(series.dtype, pd.CategoricalDtype):
+        return data
+    try:
+        arr = pa.array(series.to_numpy(dtype=object), from_pandas=True)
+    except (pa.ArrowException, UnicodeError, ValueError, TypeError):
+        return None
+    data = arr if isinstance(arr, pa.ChunkedArray) else pa.chunked_array([arr])
+    if not (pa.types.is_string(data.type) or pa.types.is_large_string(data.type)):
+        return None  # e.g. bytes, which ``str()`` would spell differently
+    if data.null_count:
+        missing = pc.is_null(data).to_numpy(zero_copy_only=False)
+        raise _missing_id("run", series.name, int(np.argmax(missing)))
+    return data
+
+
 def _as_strings(values: object) -> pa.Array:
     """A few distinct ids as an Arrow ``large_string`` array (ids other than str via ``str``)."""
     return pa.array(pd.Index(values).astype(str)).cast(pa.large_string())
@@ -483,6 +504,10 @@ def _first_duplicate(
     return first, min(ids)
 
 
+#: Padded cells per block of the cut (temporaries that stay in cache).
+_CUT_CELLS = 1 << 18
+
+
 def _cut(
     group_start: np.ndarray,
     group_user: np.ndarray,
@@ -491,13 +516,14 @@ def _cut(
     depth: int,
     text: Callable[[np.ndarray], pa.Array],
     users: Any,
-) -> tuple[np.ndarray, np.ndarray, ValueError | None]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, ValueError | None]:
     """The rows that can reach an evaluated user's top ``depth`` (score at least the list's
-    ``depth``-th best, so ties at the boundary stay whole), the groups' starts among them, and
-    the run's duplicate (user, item) error if any (the first in batch order, as
-    :func:`batches` would report it)."""
-    keep = np.zeros(len(score), bool)
-    for groups in _blocks(group_user, group_start, 1 << 23):
+    ``depth``-th best, so ties at the boundary stay whole), their scores, the groups' starts
+    among them, and the run's duplicate (user, item) error if any (the first in batch order,
+    as :func:`batches` would report it)."""
+    kept: list[np.ndarray] = []
+    kept_scores: list[np.ndarray] = []
+    for groups in _blocks(group_user, group_start, _CUT_CELLS):
         where, valid, w = _cells(group_start, groups)
         found = _first_duplicate(where, valid, w, fp, text)
         if found is not None:
@@ -506,7 +532,7 @@ def _cut(
                 f"run has duplicate (user, item) rows: user "
                 f"{_plain(users[group_user[groups[row]]])!r}, item {item!r} appears more than once"
             )
-            return np.empty(0, np.int64), group_start, error
+            return np.empty(0, np.int64), np.empty(0), group_start, error
         s = _block(score, where, w)
         if valid is not None:
             s = np.where(valid, s, -np.inf)
@@ -518,11 +544,18 @@ def _cut(
         else:
             chosen = np.ones(s.shape, bool) if valid is None else valid
         if isinstance(where, slice):
-            keep[where] = chosen.ravel()
+            at = np.flatnonzero(chosen)
+            kept.append(at + where.start)
+            kept_scores.append(s.ravel()[at])
         else:
-            keep[where[chosen]] = True
-    kept = np.flatnonzero(keep)
-    return kept, np.searchsorted(kept, group_start).astype(group_start.dtype), None
+            kept.append(where[chosen])
+            kept_scores.append(s[chosen])
+    rows = np.concatenate(kept) if kept else np.empty(0, np.int64)
+    scores = np.concatenate(kept_scores) if kept_scores else np.empty(0)
+    if len(rows) > 1 and not (rows[1:] > rows[:-1]).all():  # blocks of several length classes
+        by_row = np.argsort(rows)
+        rows, scores = rows[by_row], scores[by_row]
+    return rows, scores, np.searchsorted(rows, group_start).astype(group_start.dtype), None
 
 
 def _duplicates(key: np.ndarray) -> np.ndarray:
@@ -578,7 +611,6 @@ def prepare(
     score = validate_run(run, object_ids=False)  # missing object ids: found while encoding
     _same_kind(qrels["user"], run["user"], "user")
     items_int = _same_kind(qrels["item"], run["item"], "item")
-    strings = None if items_int or depth is None else _arrow_strings(run["item"])
 
     # Every id becomes an int key ordered as the ids are (string ids: their rank among the
     # distinct ids, computed without turning the column into Python objects).
@@ -586,6 +618,7 @@ def prepare(
     with ThreadPoolExecutor(n) if n > 1 else nullcontext() as pool:
         order, group_start, group = _group_rows(run["user"], pool)
         q_user, group_ids, user_values = _user_keys(qrels["user"], group, pool)
+        strings = None if items_int or depth is None else _cut_strings(run["item"])
         if strings is None:
             q_item, r_item, item_values, offset, span = _item_keys(
                 qrels["item"], run["item"], items_int, options.id_order, len(q_user), pool
@@ -614,12 +647,14 @@ def prepare(
         rows_of = (lambda p: p) if order is None else (lambda p: order[p])
 
         def text(positions: np.ndarray) -> pa.Array:
-            return strings.take(pa.array(rows_of(positions))).combine_chunks()
+            index = pa.array(rows_of(positions))
+            if strings.num_chunks == 1:  # a chunked take's result costs a copy to combine
+                return strings.chunk(0).take(index)
+            return strings.take(index).combine_chunks()
 
-        kept, group_start, run_error = _cut(
+        kept, score, group_start, run_error = _cut(
             group_start, group_user, score, fp if order is None else fp[order], depth, text, users
         )
-        score = score[kept]
         codes, values = _encode(text(kept))
         (q_item, r_item), distinct = _link([q_coded, _Coded([codes], [values])], None)
         item_values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)

@@ -15,10 +15,10 @@ import math
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from id_strategies import KINDS, as_ints, frame, string_ranks, tables
 
 import metrics
 
@@ -30,69 +30,6 @@ SETTINGS = settings(
 )
 
 NAMES = ["precision@1", "precision@3", "recall@3", "ndcg@3", "mrr", "map", "hit_rate@2", "auc"]
-KINDS = ["str", "arrow", "object", "category", "category_shuffled", "python"]
-
-#: ids: digit strings (string order is not numeric order), other text with non-ASCII and
-#: astral characters (no lone surrogates: they have no UTF-8 form), the empty string
-TEXT = st.one_of(
-    st.text(alphabet="0123456789", max_size=3),
-    st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=3),
-    st.sampled_from(["", "é", "e\u0301", "中", "😀", "Z", "a", "a\x00"]),
-)
-
-
-@st.composite
-def tables(draw) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, float]]]:
-    """Rows of qrels (user, item, relevance) and run (user, item, score) with text ids."""
-    items = draw(st.lists(TEXT, min_size=1, max_size=12, unique=True))
-    users = draw(st.lists(TEXT, min_size=1, max_size=6, unique=True))
-    pick = st.lists(st.sampled_from(items), unique=True, max_size=len(items))
-    qrels: list[tuple[str, str, int]] = []
-    run: list[tuple[str, str, float]] = []
-    for u in users:
-        in_truth, in_run = draw(st.sampled_from([(True, True), (True, False), (False, True)]))
-        if in_truth:
-            qrels += [(u, i, draw(st.integers(0, 3))) for i in draw(pick)]
-        if in_run:
-            run += [(u, i, float(draw(st.integers(0, 2)))) for i in draw(pick)]
-    if not qrels:
-        qrels.append((users[0], items[0], 1))
-    if not run:
-        run.append((users[0], items[0], 1.0))
-    if draw(st.booleans()):  # users interleaved: the run is not grouped
-        run = draw(st.permutations(run))
-    return qrels, run
-
-
-def column(values: list[str], kind: str, seed: int = 0) -> pd.Series:
-    """``values`` as an id column of ``kind``."""
-    if kind == "str":
-        return pd.Series(values, dtype="str")
-    if kind == "arrow":
-        return pd.Series(
-            pa.array(values, pa.large_string()), dtype=pd.ArrowDtype(pa.large_string())
-        )
-    if kind == "object":
-        return pd.Series(values, dtype=object)
-    if kind == "python":
-        return pd.Series(values, dtype="string[python]")
-    categories = sorted(set(values))
-    if kind == "category_shuffled":  # category order is not id order
-        categories = list(np.random.default_rng(seed).permutation(np.array(categories, object)))
-    return pd.Series(pd.Categorical(values, categories=categories))
-
-
-def frame(rows: list[tuple], value: str, kind: str) -> pd.DataFrame:
-    """A qrels (``value="relevance"``) or run (``"score"``) DataFrame with ids of ``kind``."""
-    users, items, values = (list(c) for c in zip(*rows, strict=True))
-    return pd.DataFrame(
-        {"user": column(users, kind, 1), "item": column(items, kind, 2), value: values}
-    )
-
-
-def as_ints(rows: list[tuple], rank: dict[str, int]) -> list[tuple]:
-    """Rows with every id replaced by its rank in string order."""
-    return [(rank[u], rank[i], v) for u, i, v in rows]
 
 
 def naive(qrels: list[tuple], run: list[tuple], tie_break: str) -> dict[str, dict[str, float]]:
@@ -133,8 +70,7 @@ def naive(qrels: list[tuple], run: list[tuple], tie_break: str) -> dict[str, dic
 )
 def test_every_id_kind_matches_int_ids_and_a_naive_loop(t, q_kind, r_kind, tie_break, user_set):
     qrels, run = t
-    ids = sorted({x for rows in t for r in rows for x in r[:2]})
-    rank = {v: n for n, v in enumerate(ids)}
+    rank = string_ranks(qrels, run)
     opts = {"tie_break": tie_break, "user_set": user_set}
     want = metrics.evaluate(
         pd.DataFrame(as_ints(qrels, rank), columns=["user", "item", "relevance"]),

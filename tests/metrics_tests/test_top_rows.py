@@ -15,42 +15,11 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from id_strategies import KINDS, LONG_IDS, TWINS, as_ints, frame, string_ranks, tables
 
 import metrics
 from metrics.engine import _fingerprints, prepare
 from metrics.options import Options
-
-KINDS = ["str", "arrow", "object", "category", "python"]
-TEXT = st.one_of(  # digit strings (not numeric order), any text, empty and astral ids
-    st.text(alphabet="0123456789", max_size=3),
-    st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=3),
-    st.sampled_from(["", "é", "e\u0301", "中", "😀", "Z", "a", "a\x00"]),
-)
-
-
-def column(values: list[str], kind: str) -> pd.Series:
-    """``values`` as an id column of ``kind``."""
-    if kind == "arrow":
-        return pd.Series(
-            pa.array(values, pa.large_string()), dtype=pd.ArrowDtype(pa.large_string())
-        )
-    if kind == "category":
-        return pd.Series(pd.Categorical(values, categories=sorted(set(values))[::-1]))
-    return pd.Series(
-        values, dtype={"str": "str", "object": object, "python": "string[python]"}[kind]
-    )
-
-
-def frame(rows: list[tuple], value: str, kind: str) -> pd.DataFrame:
-    """A qrels (``value="relevance"``) or run (``"score"``) DataFrame with ids of ``kind``."""
-    users, items, values = (list(c) for c in zip(*rows, strict=True))
-    return pd.DataFrame({"user": column(users, kind), "item": column(items, kind), value: values})
-
-
-def as_ints(rows: list[tuple], rank: dict[str, int]) -> list[tuple]:
-    """Rows with every id replaced by its rank in string order."""
-    return [(rank[u], rank[i], v) for u, i, v in rows]
-
 
 SETTINGS = settings(
     max_examples=80,
@@ -61,52 +30,23 @@ SETTINGS = settings(
 
 CUT = ["precision@1", "precision@3", "recall@3", "ndcg@3", "mrr@3", "map@3", "hit_rate@2"]
 CATALOG = ["coverage@3", "gini@3"]  # the default catalog counts every run item, cut or not
-#: same length and last 8 bytes: their fingerprints collide, only the exact check tells them apart
-TWINS = ["xABCDEFGH", "yABCDEFGH", "é_ABCDEFGH", "zz_ABCDEFGH", "ABCDEFGH", "\x00ABCDEFGH"]
-IDS = st.one_of(TEXT, st.sampled_from(TWINS))
-ARROW = ["str", "arrow"]
-
-
-@st.composite
-def tables(draw, duplicate: bool = False) -> tuple[list[tuple], list[tuple]]:
-    """qrels (user, item, relevance) and run (user, item, score) rows; lists up to 14 long with
-    scores in {0, 1, 2} (many ties); with ``duplicate``, one run row repeated (any score)."""
-    items = draw(st.lists(IDS, min_size=1, max_size=14, unique=True))
-    users = draw(st.lists(TEXT, min_size=1, max_size=5, unique=True))
-    pick = st.lists(st.sampled_from(items), unique=True, max_size=len(items))
-    qrels: list[tuple] = []
-    run: list[tuple] = []
-    for u in users:
-        in_truth, in_run = draw(st.sampled_from([(True, True), (True, False), (False, True)]))
-        if in_truth:
-            qrels += [(u, i, draw(st.integers(0, 3))) for i in draw(pick)]
-        if in_run:
-            run += [(u, i, float(draw(st.integers(0, 2)))) for i in draw(pick)]
-    if not qrels:
-        qrels.append((users[0], items[0], 1))
-    if not run:
-        run.append((users[0], items[0], 1.0))
-    if duplicate:
-        u, i, _ = draw(st.sampled_from(run))
-        run.insert(draw(st.integers(0, len(run))), (u, i, float(draw(st.integers(-1, 3)))))
-    if draw(st.booleans()):  # users interleaved: the run is not grouped
-        run = draw(st.permutations(run))
-    return qrels, run
+#: run id columns that take the cut (object and Python strings via one conversion to Arrow)
+CUT_KINDS = ["str", "arrow", "object", "python"]
+TABLES = tables(ids=LONG_IDS, max_items=14, max_users=5)
 
 
 @SETTINGS
 @given(
-    t=tables(),
+    t=TABLES,
     q_kind=st.sampled_from(KINDS),
-    r_kind=st.sampled_from(ARROW),
+    r_kind=st.sampled_from(CUT_KINDS),
     tie_break=st.sampled_from(["item_asc", "item_desc", "input_order"]),
     user_set=st.sampled_from(["truth", "intersection"]),
     names=st.sampled_from([CUT, CUT + CATALOG, ["precision@1"], ["ndcg@10", "recall@1"]]),
 )
 def test_cut_lists_match_int_ids_and_whole_lists(t, q_kind, r_kind, tie_break, user_set, names):
     qrels, run = t
-    ids = sorted({x for rows in t for r in rows for x in r[:2]})
-    rank = {v: n for n, v in enumerate(ids)}
+    rank = string_ranks(qrels, run)
     opts = {"tie_break": tie_break, "user_set": user_set}
     want = metrics.evaluate(
         pd.DataFrame(as_ints(qrels, rank), columns=["user", "item", "relevance"]),
@@ -134,7 +74,11 @@ def _outcome(q: pd.DataFrame, r: pd.DataFrame, names: list[str]) -> object:
 
 
 @SETTINGS
-@given(t=tables(duplicate=True), q_kind=st.sampled_from(KINDS), r_kind=st.sampled_from(ARROW))
+@given(
+    t=tables(ids=LONG_IDS, max_items=14, max_users=5, duplicate=True),
+    q_kind=st.sampled_from(KINDS),
+    r_kind=st.sampled_from(CUT_KINDS),
+)
 def test_duplicates_anywhere_raise_the_whole_list_error(t, q_kind, r_kind):
     # a duplicate in an evaluated user's list raises (the same message as without the cut);
     # one in a user who is not evaluated does not (as without the cut)
@@ -203,7 +147,7 @@ def _naive_equal(strings: list[str]) -> np.ndarray:
 
 @SETTINGS
 @given(
-    strings=st.lists(IDS, min_size=1, max_size=30),
+    strings=st.lists(LONG_IDS, min_size=1, max_size=30),
     cut=st.integers(0, 30),
     large=st.booleans(),
 )
@@ -215,3 +159,54 @@ def test_equal_strings_have_equal_fingerprints_wherever_they_sit(strings, cut, l
     assert fp.dtype == np.uint32 and len(fp) == len(strings)
     for i, j in _naive_equal(strings):
         assert fp[i] == fp[j]
+
+
+@pytest.mark.parametrize("dtype", [object, "string[python]"])
+def test_a_missing_item_in_a_python_column_is_named_with_its_row(dtype):
+    # object and Python-string item ids take the cut through one conversion to Arrow; a missing
+    # id there gives the whole-list path's message (with "auc": no cut)
+    q = frame([("u", "a", 1)], "relevance", "str")
+    r = pd.DataFrame(
+        {
+            "user": ["u", "u", "v"],
+            "item": pd.Series(["a", "b", None], dtype=dtype),
+            "score": [1.0, 2.0, 3.0],
+        }
+    )
+    message = r"^run column 'item' has a missing id at row 2$"
+    for names in (["precision@1"], ["precision@1", "auc"]):
+        with pytest.raises(ValueError, match=message):
+            metrics.evaluate(q, r, names)
+
+
+@pytest.mark.parametrize(
+    ("items", "truth"),
+    [
+        (["b", 1, "1x", 2.5], ["b", "1"]),  # not all text: ids compare as their str()
+        ([b"b", b"a", b"c", b"d"], [b"b", b"a"]),  # bytes: not converted to Arrow text
+    ],
+)
+def test_object_ids_that_are_not_all_text_keep_the_whole_list_rules(items, truth):
+    q = pd.DataFrame(
+        {"user": ["u", "u"], "item": pd.Series(truth, dtype=object), "relevance": [1, 1]}
+    )
+    r = pd.DataFrame(
+        {
+            "user": ["u"] * 4,
+            "item": pd.Series(items, dtype=object),
+            "score": [1.0, 1.0, 1.0, 0.5],
+        }
+    )
+    cut = metrics.evaluate(q, r, CUT, tie_break="item_desc")
+    whole = metrics.evaluate(q, r, [*CUT, "auc"], tie_break="item_desc")
+    np.testing.assert_array_equal(cut.per_user.to_numpy(), whole.per_user[CUT].to_numpy())
+    assert cut.summary["recall@3"] == 1.0  # both truth items among the three tied on top
+
+
+def test_object_ids_take_the_cut():
+    q = pd.DataFrame({"user": ["u"], "item": ["a"], "relevance": [1]}).astype({"item": object})
+    r = pd.DataFrame({"user": ["u"] * 3, "item": ["c", "a", "b"], "score": [3.0, 2.0, 1.0]})
+    r = r.astype({"user": object, "item": object})
+    prep = prepare(q, r, Options(), depth=1)
+    assert prep.depth == 1 and list(prep.item_ids(prep.run_items)) == ["c"]
+    assert sorted(prep.run_item_ids()) == ["a", "b", "c"]
