@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -48,11 +49,14 @@ __all__ = [
     "USER",
     "IdCodes",
     "check_text_file",
+    "id_codes",
+    "known_codes",
     "load_interactions",
     "load_interactions_coded",
     "load_item_table",
     "normalize_ids",
     "read_text_table",
+    "remember_codes",
     "validate_interactions",
 ]
 
@@ -107,6 +111,62 @@ class IdCodes(NamedTuple):
 
     codes: np.ndarray
     uniques: pd.Series
+
+
+# Codes of Arrow-backed text id columns already computed (by the split, or a first
+# ``id_codes``), keyed by the identity of the column's Arrow data: Arrow arrays cannot change,
+# so the same data object always has the same codes. An entry goes when its data is freed.
+_KNOWN_CODES: dict[int, tuple[weakref.ref[pa.ChunkedArray], np.ndarray, pd.Index]] = {}
+
+
+def _arrow_text(column: pd.Series) -> pa.ChunkedArray | None:
+    """The Arrow data of an Arrow-backed ``str`` column (immutable), else None."""
+    dtype = column.dtype
+    if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
+        return column.array.__arrow_array__()  # type: ignore[attr-defined,no-any-return]
+    return None
+
+
+def remember_codes(column: pd.Series, codes: np.ndarray, categories: pd.Index) -> None:
+    """Note that ``column`` is ``categories.take(codes)`` (``categories``: sorted distinct ids, a
+    superset of the column's), so :func:`id_codes` need not hash its strings again. Kept only for
+    Arrow-backed text (its data cannot change) and only while that data lives."""
+    data = _arrow_text(column)
+    if data is None or len(codes) != len(column) or (len(codes) and int(codes.min()) < 0):
+        return
+    small = np.int32 if len(categories) < 2**31 else np.int64
+    key = id(data)
+    _KNOWN_CODES[key] = (weakref.ref(data), codes.astype(small, copy=False), categories)
+    weakref.finalize(data, _KNOWN_CODES.pop, key, None)
+
+
+def known_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index] | None:
+    """``(codes, categories)`` noted by :func:`remember_codes` for this column's data, or None."""
+    data = _arrow_text(column)
+    entry = _KNOWN_CODES.get(id(data)) if data is not None else None
+    if entry is None or entry[0]() is not data:
+        return None
+    return entry[1], entry[2]
+
+
+def id_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """``pd.factorize(column, sort=True)``: ``int64`` codes into the column's sorted distinct ids.
+
+    For Arrow-backed text the codes the split (or an earlier call) made are reused, so millions
+    of strings are hashed once per run rather than once per model, comparison and digest.
+    """
+    known = known_codes(column)
+    if known is None:
+        codes, uniques = pd.factorize(column, sort=True)
+        uniques = pd.Index(uniques)
+        remember_codes(column, codes, uniques)
+        return codes, uniques
+    codes, categories = known
+    used = np.bincount(codes, minlength=len(categories)) > 0
+    if used.all():
+        return codes.astype(np.int64), categories
+    rank = np.cumsum(used, dtype=np.int64) - 1
+    return rank[codes], categories[used]
 
 
 def load_interactions(

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 import metrics
 from harness import progress as stage_log
+from harness.data import id_codes, known_codes
 from harness.datasets import Dataset
 from harness.models import PAD_ITEM_INT, PAD_ITEM_OBJECT, Recommender, padding_mask
 from harness.split import Split
@@ -117,8 +118,24 @@ def qrels_from_test(test: pd.DataFrame, suite: MetricSuite) -> pd.DataFrame:
         values = test["rating"].astype("float64")
     else:
         values = pd.Series(1.0, index=test.index)
-    frame = pd.DataFrame({"user": test["user"], "item": test["item"], "relevance": values})
-    return frame.groupby(["user", "item"], as_index=False, sort=True)["relevance"].max()
+    if known_codes(test["user"]) is None or known_codes(test["item"]) is None:
+        frame = pd.DataFrame({"user": test["user"], "item": test["item"], "relevance": values})
+        return frame.groupby(["user", "item"], as_index=False, sort=True)["relevance"].max()
+    # text ids the split already coded: group on codes into sorted ids (no string hashed)
+    ucodes, users = id_codes(test["user"])
+    icodes, items = id_codes(test["item"])
+    key = ucodes * len(items) + icodes
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else key
+    relevance = np.fmax.reduceat(values.to_numpy()[order], starts) if len(key) else np.zeros(0)
+    return pd.DataFrame(
+        {
+            "user": users.array.take(key[starts] // len(items)),
+            "item": items.array.take(key[starts] % len(items)),
+            "relevance": relevance.astype(np.float64),
+        }
+    )
 
 
 def _recommendations(users: np.ndarray, ids: np.ndarray, scores: np.ndarray) -> pd.DataFrame:
@@ -194,7 +211,7 @@ def _evaluate(
     qrels: pd.DataFrame,
     split: Split,
     suite: MetricSuite,
-    catalog: np.ndarray,
+    catalog: int,
     candidates: pd.DataFrame | None,
     evaluate: Evaluator,
 ) -> None:
@@ -352,7 +369,7 @@ def run_models(
     ``evaluate`` is the metric engine (``metrics.evaluate``, or the Spark engine's equivalent).
     """
     qrels = qrels_from_test(split.test, suite)
-    catalog = pd.unique(dataset.frame["item"])
+    catalog = _catalog_size(dataset.frame, split.stats)
     side = dataset.side_inputs()  # item features / embeddings / groups of beyond-accuracy metrics
     if side:
         evaluate = partial(evaluate, **side)
@@ -390,6 +407,16 @@ def run_models(
     result = ExperimentResult(dataset, split, suite, outcomes, folder, options)
     save(result)
     return result
+
+
+def _catalog_size(frame: pd.DataFrame, stats: Mapping[str, Any]) -> int:
+    """Distinct items of the dataset (coverage's and gini's denominator): the split's count of
+    its input when that input is ``frame`` (same number of events), so text ids are not hashed
+    again."""
+    counted = stats.get("n_input_items")
+    if counted is not None and stats.get("n_input_events") == len(frame):
+        return int(counted)
+    return len(pd.unique(frame["item"]))
 
 
 def _needs_features(suite: MetricSuite, dataset: Dataset) -> set[str]:

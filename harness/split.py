@@ -46,7 +46,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from harness.data import ITEM, TIMESTAMP, USER, IdCodes
+from harness.data import ITEM, TIMESTAMP, USER, IdCodes, known_codes, remember_codes
 from harness.errors import DataError
 from metrics.checks import require_choice, require_columns, require_int, require_range
 
@@ -390,7 +390,14 @@ def _rows_of(df: pd.DataFrame, split: Split) -> Split:
     are row positions): same columns, dtypes, index labels and order as splitting ``df``."""
 
     def rows(part: pd.DataFrame | None) -> pd.DataFrame | None:
-        return None if part is None else df.iloc[part.index.to_numpy()]
+        if part is None:
+            return None
+        out = df.iloc[part.index.to_numpy()]
+        for name in (USER, ITEM):  # the view's codes, for models, comparison and digests
+            if name in part.columns and isinstance(part[name].dtype, pd.CategoricalDtype):
+                ids = part[name].array
+                remember_codes(out[name], ids.codes, ids.categories)  # type: ignore[attr-defined]
+        return out
 
     return replace(split, train=rows(split.train), test=rows(split.test), valid=rows(split.valid))
 
@@ -402,18 +409,21 @@ def data_hash(df: pd.DataFrame, coded: Mapping[str, IdCodes] | None = None) -> s
     """Hex sha256 of a frame's content: column names, dtypes, index and values, in row order.
 
     ``coded``: text id columns of ``df`` as codes into their distinct values (what loading
-    computed); the digest is the same, without hashing every row's string again.
+    computed; else the codes the split noted, :func:`~harness.data.known_codes`); the digest is
+    the same, without hashing every row's string again.
     """
     h = hashlib.sha256()
     h.update(json.dumps([[str(c), str(df[c].dtype)] for c in df.columns]).encode())
-    view = df
-    if coded:  # pandas hashes a categorical by its values: hash each distinct id once
-        view = df.assign(
-            **{
-                name: pd.Categorical.from_codes(c.codes, categories=pd.Index(c.uniques))
-                for name, c in coded.items()
-            }
-        )
+    # pandas hashes a categorical by its values: hash each distinct id once
+    columns = {
+        name: pd.Categorical.from_codes(c.codes, categories=pd.Index(c.uniques))
+        for name, c in (coded or {}).items()
+    }
+    for name in (USER, ITEM):  # codes the split noted for a part of its input
+        known = None if name in columns or name not in df.columns else known_codes(df[name])
+        if known is not None:
+            columns[name] = pd.Categorical.from_codes(known[0], categories=known[1])
+    view = df.assign(**columns) if columns else df
     h.update(pd.util.hash_pandas_object(view, index=True).to_numpy().tobytes())
     return h.hexdigest()
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 import metrics
 from harness.compare.buckets import bucket_tables as _bucket_tables
+from harness.data import known_codes
 from harness.experiment import ExperimentResult
 from metrics import stats
 from metrics.checks import require_choice, require_range
@@ -108,7 +109,8 @@ class PairComparison:
 
 def _counts(values: pd.Series, keys: np.ndarray | None = None) -> pd.Series:
     """How often each value occurs: for ``keys`` (0 when absent), or for every value that does.
-    A bincount for non-negative integer ids in a compact range (no hashing), else value_counts."""
+    A bincount for non-negative integer ids in a compact range or text ids the split coded (no
+    hashing), else value_counts."""
     if pd.api.types.is_integer_dtype(values.dtype) and len(values):
         v = values.to_numpy(dtype=np.int64)
         lo, hi = int(v.min()), int(v.max())
@@ -122,6 +124,15 @@ def _counts(values: pd.Series, keys: np.ndarray | None = None) -> pd.Series:
             out = np.zeros(len(wanted), dtype=np.int64)
             out[inside] = count[wanted[inside]]
             return pd.Series(out, index=pd.Index(wanted))
+    known = known_codes(values) if len(values) else None  # text ids the split coded
+    if known is not None:
+        codes, categories = known
+        count = np.bincount(codes, minlength=len(categories))
+        if keys is None:
+            seen = np.flatnonzero(count)
+            return pd.Series(count[seen], index=categories[seen])
+        at = categories.get_indexer(np.asarray(keys))
+        return pd.Series(np.where(at >= 0, count[np.maximum(at, 0)], 0), index=pd.Index(keys))
     counts = values.value_counts()
     return counts if keys is None else counts.reindex(keys, fill_value=0)
 

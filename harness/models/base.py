@@ -42,7 +42,7 @@ import pandas as pd
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from harness.data import ITEM, USER
+from harness.data import ITEM, USER, id_codes
 from metrics.checks import require_columns, require_int
 from metrics.scores import AucCounts, matrix_auc_counts, pooled_wins2
 
@@ -245,8 +245,8 @@ class BaseRecommender:
         require_columns(train.columns, (USER, ITEM), "training frame")
         if len(train) == 0:
             raise ValueError("training frame is empty (0 rows)")
-        ucodes, user_ids = pd.factorize(train[USER], sort=True)
-        icodes, item_ids = pd.factorize(train[ITEM], sort=True)
+        ucodes, user_ids = id_codes(train[USER])  # text ids: the split's codes, not rehashed
+        icodes, item_ids = id_codes(train[ITEM])
         self.user_ids_ = _id_array(user_ids)
         self.item_ids_ = _id_array(item_ids)
         self._user_index = pd.Index(self.user_ids_)

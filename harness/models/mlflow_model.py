@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from harness.data import ITEM, USER, normalize_ids
+from harness.data import ITEM, USER, id_codes, normalize_ids
 from harness.models.base import _id_array, _ranked_lists, _take_lists
 from harness.models.precomputed import _as_str, _common_ids, _lookup, _show
 
@@ -129,8 +129,8 @@ class MLflowModel:
                 f"training frame is missing column {missing[0]!r} "
                 f"(got {[str(c) for c in train.columns]})"
             )
-        ucodes, users = pd.factorize(train[USER], sort=True)
-        icodes, items = pd.factorize(train[ITEM], sort=True)
+        ucodes, users = id_codes(train[USER])
+        icodes, items = id_codes(train[ITEM])
         self._train_users = pd.Index(_id_array(users))
         self._train_items = _id_array(items)
         n_items = len(items)

@@ -166,8 +166,8 @@ class ReportContext:
             name=str(result.dataset.name),
             source=str(result.dataset.source),
             events=len(frame),
-            users=int(frame["user"].nunique()) if "user" in frame else None,
-            items=int(frame["item"].nunique()) if "item" in frame else None,
+            users=_distinct(frame, "user", result.split.stats),
+            items=_distinct(frame, "item", result.split.stats),
         )
         tuning = read_tuning(getattr(result, "folder", None))
         model_notes = [f"{n}: {note}" for n, o in result.outcomes.items() for note in o.notes]
@@ -278,3 +278,14 @@ class ReportContext:
                 text = v.sentence()
         text = str(text)
         return text[len(VERDICT_PREFIX) :] if text.startswith(VERDICT_PREFIX) else text
+
+
+def _distinct(frame: pd.DataFrame, column: str, stats: Mapping[str, Any]) -> int | None:
+    """Distinct ids of a dataset column: the split's count of its input when that input is
+    ``frame`` (same number of events), so millions of text ids are not hashed again."""
+    if column not in frame:
+        return None
+    counted = stats.get(f"n_input_{column}s")
+    if counted is not None and stats.get("n_input_events") == len(frame):
+        return int(counted)
+    return int(frame[column].nunique())

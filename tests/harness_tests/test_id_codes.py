@@ -1,0 +1,221 @@
+"""Text ids coded once per run: the codes the split notes for its train/test parts
+(``harness.data.remember_codes``) are reused by the models, the qrels, the comparison's segments
+and the digests, and every one of them gives what it gives on the same ids hashed afresh.
+
+References are independent of the reuse: the same frames copied (new Arrow data, so nothing
+noted), as Python objects, as categoricals and as integers (``u0042`` <-> 42, zero-padded so text
+order is integer order and ties by id break the same way).
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import data
+from harness.compare import CompareSpec, _counts, segment_data
+from harness.data import id_codes, known_codes, remember_codes, validate_interactions
+from harness.experiment import MetricSuite, _catalog_size, qrels_from_test
+from harness.models import ImplicitItemCosine, PopularityModel, RandomModel
+from harness.report.context import _distinct
+from harness.split import data_hash, make_split
+
+N_USERS, N_ITEMS = 80, 30
+
+
+def _ints() -> pd.DataFrame:
+    """Integer-id events, rows shuffled (first occurrence is not id order), score ties likely."""
+    rng = np.random.default_rng(11)
+    n = 1500
+    frame = pd.DataFrame(
+        {
+            "user": rng.integers(0, N_USERS, n),
+            "item": rng.integers(0, N_ITEMS, n) ** 2 % 97,  # sparse ids, some items rare
+            "timestamp": 1_700_000_000 + rng.integers(0, 400, n) * 60,
+            "rating": rng.integers(1, 6, n).astype(float),
+        }
+    )
+    return validate_interactions(frame.drop_duplicates(["user", "item"]), source="frame")
+
+
+def _text(ints: pd.DataFrame) -> pd.DataFrame:
+    return ints.assign(
+        user=pd.array([f"u{v:04d}" for v in ints["user"]], dtype="str"),
+        item=pd.array([f"i{v:04d}" for v in ints["item"]], dtype="str"),
+    )
+
+
+def _fresh(frame: pd.DataFrame) -> pd.DataFrame:
+    """The same values in new Arrow data: nothing noted for them."""
+    out = frame.assign(
+        user=pd.array(frame["user"].to_numpy(dtype=object), dtype="str"),
+        item=pd.array(frame["item"].to_numpy(dtype=object), dtype="str"),
+    )
+    assert known_codes(out["user"]) is None and known_codes(out["item"]) is None
+    return out
+
+
+@pytest.fixture(scope="module")
+def splits() -> dict[str, object]:
+    ints = _ints()
+    return {
+        "int": make_split(ints, "user_time", test_ratio=0.3),
+        "str": make_split(_text(ints), "user_time", test_ratio=0.3),
+    }
+
+
+def test_split_parts_carry_codes_that_rebuild_them(splits) -> None:
+    split = splits["str"]
+    for part in (split.train, split.test):
+        for name in ("user", "item"):
+            known = known_codes(part[name])
+            assert known is not None, name
+            codes, categories = known
+            assert categories.is_monotonic_increasing and categories.is_unique
+            np.testing.assert_array_equal(
+                categories.to_numpy(dtype=object)[codes], part[name].to_numpy(dtype=object)
+            )
+            got_codes, got_uniques = id_codes(part[name])
+            want_codes, want_uniques = pd.factorize(_fresh(part)[name], sort=True)
+            np.testing.assert_array_equal(got_codes, want_codes)
+            assert got_codes.dtype == np.int64
+            pd.testing.assert_index_equal(got_uniques, pd.Index(want_uniques))
+
+
+def test_id_codes_of_other_columns_is_factorize() -> None:
+    values = ["b", "a", "c", "a", "b"]
+    for column in (
+        pd.Series(values, dtype=object),
+        pd.Series(values, dtype="category"),
+        pd.Series([5, 3, 9, 3, 5]),
+        pd.Series(values, dtype="str"),
+    ):
+        codes, uniques = id_codes(column)
+        want_codes, want_uniques = pd.factorize(column, sort=True)
+        np.testing.assert_array_equal(codes, want_codes)
+        pd.testing.assert_index_equal(uniques, pd.Index(want_uniques))
+    # a text column factorized once is not hashed again: the second call reuses the codes
+    column = pd.Series(values, dtype="str")
+    assert known_codes(column) is None
+    first = id_codes(column)
+    assert known_codes(column) is not None
+    np.testing.assert_array_equal(id_codes(column)[0], first[0])
+
+
+def test_codes_that_do_not_fit_are_not_noted_and_freed_data_is_forgotten() -> None:
+    column = pd.Series(["b", "a", "b"], dtype="str")
+    remember_codes(column, np.array([1, 0]), pd.Index(["a", "b"]))  # wrong length
+    remember_codes(column, np.array([1, -1, 1]), pd.Index(["a", "b"]))  # a missing value
+    remember_codes(
+        pd.Series(["b", "a", "b"], dtype=object), np.array([1, 0, 1]), pd.Index(["a", "b"])
+    )
+    assert known_codes(column) is None
+    remember_codes(column, np.array([1, 0, 1]), pd.Index(["a", "b"]))
+    assert known_codes(column) is not None
+    before = len(data._KNOWN_CODES)
+    del column
+    gc.collect()
+    assert len(data._KNOWN_CODES) == before - 1
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: PopularityModel(),
+        lambda: ImplicitItemCosine(k_neighbors=5, num_threads=1),
+        lambda: RandomModel(seed=3),
+    ],
+    ids=["popularity", "item_knn", "random"],
+)
+def test_a_model_fitted_on_coded_text_ids_gives_the_integer_lists(splits, make, request) -> None:
+    """Same scores, ids and tie order as integer ids (the random model draws by hashing ids,
+    so its reference is the same text ids in fresh Arrow data)."""
+    text, ints = splits["str"], splits["int"]
+    users_int = np.r_[np.unique(ints.test["user"]), 10_000]  # and an unknown user
+    users_txt = np.array([f"u{v:04d}" for v in users_int], dtype=object)
+
+    def lists(train: pd.DataFrame, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return make().fit(train).recommend(users, 40)  # more than the items: padding
+
+    if "random" in request.node.name:
+        want_scores = lists(_fresh(text.train), users_txt)[1]
+        mapped = lists(_fresh(text.train), users_txt)[0]
+    else:
+        want_ids, want_scores = lists(ints.train, users_int)
+        pad = want_ids == np.iinfo(np.int64).min
+        mapped = np.array([f"i{v:04d}" for v in want_ids.ravel()], dtype=object)
+        mapped = mapped.reshape(pad.shape)
+        mapped[pad] = None
+        assert pad.any()
+    trains = {
+        "coded": text.train,
+        "fresh": _fresh(text.train),
+        "object": text.train.astype({"user": object, "item": object}),
+        "categorical": text.train.astype({"user": "category", "item": "category"}),
+    }
+    assert known_codes(trains["coded"]["user"]) is not None
+    for name, train in trains.items():
+        ids, scores = lists(train, users_txt)
+        np.testing.assert_array_equal(scores, want_scores, err_msg=name)
+        assert ids.dtype == object, name
+        assert ids.tolist() == mapped.tolist(), name
+
+
+def test_qrels_from_coded_test_ids_are_the_grouped_qrels(splits) -> None:
+    test = splits["str"].test
+    doubled = pd.concat([test, test.assign(rating=test["rating"] + 1)], ignore_index=True)
+    for frame in (test, doubled):  # test: codes from the split; doubled: from id_codes
+        coded = frame.copy(deep=False)
+        id_codes(coded["user"]), id_codes(coded["item"])
+        assert known_codes(coded["user"]) is not None and known_codes(coded["item"]) is not None
+        for relevance in ("binary", "rating"):
+            suite = MetricSuite(k=10, names=("ndcg@10",), relevance=relevance)
+            got = qrels_from_test(coded, suite)
+            plain = _fresh(frame)
+            values = plain["rating"] if relevance == "rating" else pd.Series(1.0, index=plain.index)
+            want = (
+                pd.DataFrame({"user": plain["user"], "item": plain["item"], "relevance": values})
+                .groupby(["user", "item"], as_index=False, sort=True)["relevance"]
+                .max()
+            )
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_segment_counts_from_codes_are_value_counts(splits) -> None:
+    train = splits["str"].train
+    fresh = _fresh(train)
+    keys = np.array(["u0003", "u9999", *pd.unique(train["user"].to_numpy(dtype=object))[:20]])
+    for column, wanted in (("user", keys), ("item", None)):
+        got = _counts(train[column], wanted)
+        counted = fresh[column].value_counts()
+        want = counted if wanted is None else counted.reindex(wanted, fill_value=0)
+        assert got.to_dict() == want.to_dict()
+        if wanted is not None:
+            assert got.index.tolist() == list(wanted)
+    spec = CompareSpec()
+    users = np.unique(splits["str"].test["user"].to_numpy(dtype=object))
+    got, want = segment_data(train, users, spec), segment_data(fresh, users, spec)
+    for name in want.users:
+        np.testing.assert_array_equal(got.users[name], want.users[name])
+    pd.testing.assert_series_equal(got.item_bucket, want.item_bucket)
+
+
+def test_digest_of_a_coded_part_is_its_plain_digest(splits) -> None:
+    for part in (splits["str"].train, splits["str"].test):
+        assert known_codes(part["user"]) is not None
+        plain = part.astype({"user": object, "item": object}).astype({"user": "str", "item": "str"})
+        assert known_codes(plain["user"]) is None
+        assert data_hash(part) == data_hash(plain)
+
+
+def test_distinct_counts_from_split_stats_are_nunique() -> None:
+    frame = _text(_ints())
+    split = make_split(frame, "user_time", test_ratio=0.3)
+    for column in ("user", "item"):
+        assert _distinct(frame, column, split.stats) == frame[column].nunique()
+        assert _distinct(frame, column, {}) == frame[column].nunique()
+    assert _catalog_size(frame, split.stats) == frame["item"].nunique()
+    assert _catalog_size(frame.iloc[:10], split.stats) == frame["item"].iloc[:10].nunique()
