@@ -296,7 +296,9 @@ def _group_rows(
     """Group run rows by user: (row order or None if already grouped, group starts, group ids).
 
     Group ids are int64 for integer ids, else coded strings. A grouped column costs one
-    comparison of neighbours; only each group's first id is encoded.
+    comparison of neighbours; only each group's first id is encoded. Arrow string columns in
+    blocks of equal ids give one group per block: a user whose rows sit in blocks apart gets
+    one group per block here (:func:`_merge_blocks` joins them once the ids are keys).
     """
     if _is_int(series):
         return _group_codes(series.to_numpy(dtype=np.int64))
@@ -304,8 +306,10 @@ def _group_rows(
     firsts: pa.Array | None = None
     if data is not None and len(data) > 1:
         change = pc.not_equal(data.slice(1), data.slice(0, len(data) - 1))
-        starts = np.concatenate(([0], np.flatnonzero(change.to_numpy()) + 1))
-        firsts = data.take(pa.array(starts)).combine_chunks().cast(pa.large_string())
+        starts = np.concatenate(([0], pc.indices_nonzero(change).to_numpy().astype(np.int64) + 1))
+        if 4 * len(starts) <= len(data):  # in blocks: only each block's first id is encoded
+            heads = data.take(pa.array(starts)).combine_chunks().cast(pa.large_string())
+            return None, np.append(starts, len(series)), _Coded([np.arange(len(starts))], [heads])
     elif data is None and not isinstance(series.dtype, pd.CategoricalDtype):
         values = series.to_numpy(dtype=object)  # object or python strings: compared in place
         starts = _runs(values)
@@ -336,16 +340,30 @@ def _user_keys(
     """Int keys of truth rows and run groups, ordered as the users are, and their decoding.
 
     Integer ids are their own keys (decoding None); string ids get their rank among all users.
+    Group keys repeat only for the blocks of an Arrow string column (see :func:`_group_rows`).
     """
     if isinstance(group, np.ndarray):
         return q_user.to_numpy(dtype=np.int64), group, None
     (q_keys, group_keys), distinct = _link([_run_codes(q_user, pool), group], pool)
-    if len(pd.unique(group_keys)) != len(group_keys):
-        raise ValueError(
-            "run column 'user' holds different ids with the same text (such as 1 and '1'); "
-            "make the ids one type"
-        )
     return q_keys, group_keys, pd.array(distinct, dtype="str")
+
+
+def _merge_blocks(
+    group_start: np.ndarray, keys: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Blocks of rows with the same key joined into one group: (row order, group starts, group
+    keys), groups in order of first appearance and rows in their order, as :func:`_group_codes`
+    gives for the rows' keys, at the cost of the blocks."""
+    local, uniques = pd.factorize(keys)
+    by = np.argsort(local, kind="stable")
+    sizes = np.diff(group_start)
+    size = sizes[by]
+    ends = np.cumsum(size)
+    order = np.repeat(group_start[:-1][by] - (ends - size), size) + np.arange(
+        ends[-1] if len(ends) else 0
+    )
+    counts = np.bincount(local, weights=sizes, minlength=len(uniques)).astype(np.int64)
+    return order, np.concatenate(([0], np.cumsum(counts))), np.asarray(uniques)
 
 
 def _item_keys(
@@ -618,6 +636,13 @@ def prepare(
     with ThreadPoolExecutor(n) if n > 1 else nullcontext() as pool:
         order, group_start, group = _group_rows(run["user"], pool)
         q_user, group_ids, user_values = _user_keys(qrels["user"], group, pool)
+        if user_values is not None and len(pd.unique(group_ids)) != len(group_ids):
+            if _arrow_strings(run["user"]) is None:
+                raise ValueError(
+                    "run column 'user' holds different ids with the same text (such as 1 and "
+                    "'1'); make the ids one type"
+                )
+            order, group_start, group_ids = _merge_blocks(group_start, group_ids)
         strings = None if items_int or depth is None else _cut_strings(run["item"])
         if strings is None:
             q_item, r_item, item_values, offset, span = _item_keys(
