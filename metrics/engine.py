@@ -576,6 +576,11 @@ def _cut(
     return rows, scores, np.searchsorted(rows, group_start).astype(group_start.dtype), None
 
 
+def _is_sorted(values: np.ndarray) -> bool:
+    """Whether ``values`` never decrease."""
+    return bool((values[1:] >= values[:-1]).all())
+
+
 def _duplicates(key: np.ndarray) -> np.ndarray:
     """Positions (in ``key``'s sorted order) of repeated keys; ``key`` must be sorted."""
     return np.flatnonzero(key[1:] == key[:-1])
@@ -689,11 +694,14 @@ def prepare(
     keep = q_code >= 0
     q_code, q_item, rel = q_code[keep], q_item[keep], rel[keep]
     q_keys = q_code * span + (q_item - offset)
-    by_key = np.argsort(q_keys, kind="stable")
-    q_keys, q_rel = q_keys[by_key], rel[by_key]
+    # not a stable sort: equal keys are duplicates, an error naming their (equal) ids
+    by_key = None if _is_sorted(q_keys) else np.argsort(q_keys)
+    q_rel, q_user_code = (rel, q_code) if by_key is None else (rel[by_key], q_code[by_key])
+    if by_key is not None:
+        q_keys = q_keys[by_key]
     dup = _duplicates(q_keys)
     if dup.size:
-        i = by_key[dup[0]]
+        i = dup[0] if by_key is None else by_key[dup[0]]
         raise ValueError(
             f"qrels has {dup.size} duplicate (user, item) row(s); first: user "
             f"{_plain(users[q_code[i]])!r}, item {_decode(item_values, q_item[i])!r}"
@@ -702,15 +710,16 @@ def prepare(
         raise run_error
 
     n_users = len(users)
-    n_rel = np.bincount(q_code, weights=rel >= options.relevance_threshold, minlength=n_users)
-    gains = gain_of(rel, options.gain, options.relevance_threshold)
+    # truth rows in key order: by user already, so the ideal gains need no sort by user
+    relevant = q_rel >= options.relevance_threshold
+    n_rel = np.bincount(q_user_code, weights=relevant, minlength=n_users)
+    gains = gain_of(q_rel, options.gain, options.relevance_threshold)
     positive = gains > 0
-    pos_code, pos_gain = q_code[positive], gains[positive]
-    if pos_gain.size and (pos_gain == pos_gain[0]).all():  # binary truth: order by user only
-        by_gain = np.argsort(pos_code, kind="stable")
+    pos_code, pos_gain = q_user_code[positive], gains[positive]
+    if pos_gain.size and (pos_gain == pos_gain[0]).all():  # binary truth: equal gains
+        ideal_gain = pos_gain
     else:
-        by_gain = np.lexsort((-pos_gain, pos_code))
-    ideal_gain = pos_gain[by_gain]
+        ideal_gain = pos_gain[np.lexsort((-pos_gain, pos_code))]
     ideal_counts = np.bincount(pos_code, minlength=n_users)
 
     evaluated_groups = int((group_user >= 0).sum())
