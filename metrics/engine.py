@@ -45,6 +45,9 @@ def _check_columns(
             continue  # numpy integers cannot be missing
         if not object_ids and df[c].dtype == object:
             continue
+        arrow = _arrow_strings(df[c])
+        if arrow is not None and arrow.null_count == 0:  # Arrow keeps the count: no row pass
+            continue
         nulls = df[c].isna().to_numpy()
         if nulls.any():
             row = int(np.flatnonzero(nulls)[0])
