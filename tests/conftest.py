@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import HarnessCli, MlflowServer, every_metric_names, spark_missing
+from support import (
+    SPARK_CONF_DIR,
+    HarnessCli,
+    MlflowServer,
+    every_metric_names,
+    spark_missing,
+)
 
 # metrics_tests/reference/make_*.py import rectools, torchmetrics and recommenders, which live in
 # scratch environments (see the README there), not in the test environment.
@@ -47,7 +53,14 @@ def spark() -> Iterator[Any]:
         pytest.skip(reason)
     from harness.spark import spark_session
 
-    session = spark_session("local[2]", app_name="recsys-harness-tests")
+    # the JVM settings of tests/spark_conf; AQE kept on (Spark's default, the CLI tests run
+    # without it), so both planners are tested
+    os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
+    session = spark_session(
+        "local[2]",
+        app_name="recsys-harness-tests",
+        config={"spark.sql.adaptive.enabled": "true"},
+    )
     yield session
     session.stop()
 

@@ -24,6 +24,12 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 #: the overrides of a small, quick run (``experiment=quick`` and no progress bars)
 QUICK = ("experiment=quick", "progress=false")
+#: Spark settings of the tests' tiny tables (C1-only JIT, serial GC, no AQE: see the file),
+#: read by spark-submit through ``SPARK_CONF_DIR``; a session's explicit settings still win
+SPARK_CONF_DIR = TESTS / "spark_conf"
+#: ``engine=spark`` overrides of the CLI tests: few shuffle partitions and user buckets (the
+#: data has a few hundred users; more buckets are covered by the tests of ``evaluate_spark``)
+SPARK_SMALL = ("engine.shuffle_partitions=2", "engine.buckets=4")
 
 
 # ---------------------------------------------------------------------------- the CLI
@@ -50,7 +56,8 @@ class HarnessCli:
             if not k.startswith("HARNESS_TEST_") and k != "MLFLOW_LOGGING_LEVEL"
         }
         path = os.pathsep.join(p for p in (str(TESTS), base.get("PYTHONPATH", "")) if p)
-        return {**base, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **extra}
+        fixed = {"PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "SPARK_CONF_DIR": str(SPARK_CONF_DIR)}
+        return {**base, **fixed, **extra}
 
     def command(self, args: tuple[str, ...], quick: bool, module: str) -> list[str]:
         return [sys.executable, "-m", module, *(QUICK if quick else ()), *args]
@@ -83,7 +90,8 @@ class HarnessCli:
         found = {}
         for engine in ("numpy", "spark"):
             cwd = tmp_path / engine
-            extra = [] if engine == "numpy" else ["engine=spark", f"engine.master='{master}'"]
+            extra = ["engine=spark", f"engine.master='{master}'", *SPARK_SMALL]
+            extra = [] if engine == "numpy" else extra
             proc = self.run(cwd, *args, *extra, **kw)
             assert proc.returncode == 0, proc.stderr[-3000:]
             folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent

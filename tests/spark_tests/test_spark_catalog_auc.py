@@ -3,7 +3,9 @@ from the integer popularity histogram (:func:`harness.spark.models.popularity_au
 
 References, both independent of the Spark code: a brute-force count over every (relevant,
 negative) pair written here, and the in-process engine (``PopularityModel.recommend_with_auc``
-and ``run_models``, tested against hand counts and sklearn elsewhere).
+and ``run_models``, tested against hand counts and sklearn elsewhere). The CLI run of the same
+(``python -m harness engine=spark`` with the AUC family) is in test_spark_pipeline.py, where it
+shares one run with the other ``engine=spark`` checks of a file dataset.
 """
 
 from __future__ import annotations
@@ -283,34 +285,3 @@ def test_plugin_lists_and_counts_from_one_pass_equal_in_process(spark: Any, text
     found = found.sort_values(["user", "rank"]).reset_index(drop=True)
     expect = expect.sort_values(["user", "rank"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(found, expect, check_dtype=False)
-
-
-def test_cli_engine_spark_catalog_auc_equals_numpy(harness_cli: Any, tmp_path: Path) -> None:
-    """``python -m harness engine=spark`` with the AUC family over the whole catalog: popularity
-    (counted in Spark) and item_knn (a plug-in, lists and counts from one pass) give the numpy
-    engine's summary and per-user values, with ``exclude_seen`` off for popularity."""
-    common = [
-        "dataset=synthetic",
-        "dataset.n_users=50",
-        "dataset.n_items=30",
-        "dataset.n_events=700",
-        "model=[popularity,item_knn]",
-        "+model.popularity.exclude_seen=false",
-        "split=leave_one_out",
-        "metrics.k=10",
-        "metrics.names=[ndcg@10,recall@10,coverage@10,auc,gauc,global_auc]",
-        "progress=false",
-        "compare.n_resamples=50",
-    ]
-    runs = harness_cli.run_engines(tmp_path, *common, timeout=900)
-    dir_n, dir_s = runs["numpy"].folder, runs["spark"].folder
-    summary_n = pd.read_csv(dir_n / "summary.csv", index_col=0)
-    summary_s = pd.read_csv(dir_s / "summary.csv", index_col=0)
-    assert list(summary_s.index) == ["popularity", "item_knn"]
-    assert np.isfinite(summary_n[list(SCORES)].to_numpy()).all()
-    np.testing.assert_allclose(summary_s.to_numpy(), summary_n.to_numpy(), atol=TOL, rtol=0)
-    for model in summary_n.index:
-        a = pd.read_parquet(dir_n / model / "per_user.parquet")
-        b = pd.read_parquet(dir_s / model / "per_user.parquet").set_index("user")
-        b = b.reindex(index=a.index, columns=a.columns)
-        np.testing.assert_allclose(b.to_numpy(), a.to_numpy(), atol=TOL, rtol=0)

@@ -8,12 +8,14 @@ in-process split, models and ``metrics.evaluate``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import mlflow
 import numpy as np
 import pandas as pd
+import pytest
 
 from harness import synthetic
 
@@ -44,28 +46,46 @@ def spark_lists(folder: Path) -> pd.DataFrame:
     return frame.sort_values(["user", "rank"]).reset_index(drop=True)
 
 
-def test_engine_spark_file_dataset_equals_numpy_and_logs_table_uris(
-    harness_cli: Any, tmp_path: Path
-) -> None:
+#: the AUC family over the whole catalog (test_spark_catalog_auc.py has its components)
+SCORES = ("auc", "gauc", "global_auc")
+
+
+@pytest.fixture(scope="module")
+def file_runs(harness_cli: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One config run by both engines, shared by the tests below: a user's Parquet file with
+    string ids, popularity (``exclude_seen`` off), precomputed scores and item_knn (a
+    plug-in), the top-k metrics and the AUC family over the whole catalog, the comparison."""
+    tmp_path = tmp_path_factory.mktemp("file_runs")
     data = tmp_path / "events.parquet"
     events = text_events(data)
     scores_file(events, tmp_path / "scores.parquet")
+    names = "ndcg@10,map@10,precision@10,recall@10,hit_rate@10,mrr@10,coverage@10,novelty@10"
     common = [
         "dataset=file",
         f"dataset.path={data}",
         "dataset.columns.rating=null",
         "model=[popularity,precomputed,item_knn]",
         f"model.precomputed.path={tmp_path / 'scores.parquet'}",
+        "+model.popularity.exclude_seen=false",
         "split=leave_one_out",
+        "metrics.k=10",
+        f"metrics.names=[{names},{','.join(SCORES)}]",
         "progress=false",
         "compare.n_resamples=200",
     ]
-    runs = harness_cli.run_engines(tmp_path, *common, timeout=900)
+    return dict(harness_cli.run_engines(tmp_path, *common, timeout=900))
+
+
+def test_engine_spark_file_dataset_equals_numpy_and_logs_table_uris(
+    file_runs: dict[str, Any],
+) -> None:
+    runs = file_runs
     out_n, dir_n = runs["numpy"].proc.stdout, runs["numpy"].folder
     out_s, dir_s, cwd_s = runs["spark"].proc.stdout, runs["spark"].folder, runs["spark"].cwd
     summary_n = pd.read_csv(dir_n / "summary.csv", index_col=0)
     summary_s = pd.read_csv(dir_s / "summary.csv", index_col=0)
     assert list(summary_n.index) == ["popularity", "precomputed", "item_knn"]
+    assert list(summary_s.columns) == list(summary_n.columns)
     assert np.allclose(summary_n.to_numpy(), summary_s.to_numpy(), atol=TOL, rtol=0)
     for model in summary_n.index:
         # Spark wrote both tables (a folder of part files), never pandas on the driver
@@ -77,17 +97,18 @@ def test_engine_spark_file_dataset_equals_numpy_and_logs_table_uris(
         assert lists_n[["user", "rank", "item"]].equals(lists_s[["user", "rank", "item"]])
         assert np.array_equal(lists_n["score"].to_numpy(), lists_s["score"].to_numpy())
         a = pd.read_parquet(dir_n / model / "per_user.parquet")
-        b = pd.read_parquet(dir_s / model / "per_user.parquet").set_index("user").reindex(a.index)
+        b = pd.read_parquet(dir_s / model / "per_user.parquet").set_index("user")
+        b = b.reindex(index=a.index, columns=a.columns)
         assert np.allclose(a.to_numpy(), b.to_numpy(), atol=TOL, rtol=0, equal_nan=True)
     verdict = [x for x in out_n.splitlines() if "gate" in x or "ΔGSB" in x]
     assert verdict and verdict == [x for x in out_s.splitlines() if "gate" in x or "ΔGSB" in x]
 
     # the MLflow run of each model names its per-user table and holds it as an artifact
     client = mlflow.MlflowClient(f"sqlite:///{cwd_s / 'runs' / 'mlflow.db'}")
-    runs = client.search_runs(
+    found = client.search_runs(
         [e.experiment_id for e in client.search_experiments()], "tags.model != ''"
     )
-    by_model = {r.data.tags["model"]: r for r in runs}
+    by_model = {r.data.tags["model"]: r for r in found}
     assert set(by_model) == {"popularity", "precomputed", "item_knn"}
     engines = {"popularity": "spark", "precomputed": "spark", "item_knn": "plugin"}
     for model, run in by_model.items():
@@ -97,6 +118,33 @@ def test_engine_spark_file_dataset_equals_numpy_and_logs_table_uris(
         )
         logged = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert "per_user.parquet" in logged
+
+
+def test_cli_engine_spark_catalog_auc_equals_numpy(file_runs: dict[str, Any]) -> None:
+    """``python -m harness engine=spark`` with the AUC family over the whole catalog: popularity
+    (counted in Spark, ``exclude_seen`` off) and item_knn (a plug-in, lists and counts from one
+    pass) give the numpy engine's summary and per-user values; precomputed scores rank only
+    their top-k lists (AUC over each list), on both engines."""
+    dir_n, dir_s = file_runs["numpy"].folder, file_runs["spark"].folder
+    summary_n = pd.read_csv(dir_n / "summary.csv", index_col=0)
+    summary_s = pd.read_csv(dir_s / "summary.csv", index_col=0)
+    catalog = ["popularity", "item_knn"]
+    assert np.isfinite(summary_n.loc[catalog, list(SCORES)].to_numpy()).all()
+    np.testing.assert_allclose(
+        summary_s.loc[catalog, list(SCORES)].to_numpy(),
+        summary_n.loc[catalog, list(SCORES)].to_numpy(),
+        atol=TOL,
+        rtol=0,
+    )
+    for model in summary_n.index:
+        a = pd.read_parquet(dir_n / model / "per_user.parquet")[list(SCORES)]
+        b = pd.read_parquet(dir_s / model / "per_user.parquet").set_index("user")
+        b = b.reindex(index=a.index, columns=a.columns)
+        np.testing.assert_allclose(b.to_numpy(), a.to_numpy(), atol=TOL, rtol=0)
+        info_n = json.loads((dir_n / model / "result.json").read_text())["info"]
+        info_s = json.loads((dir_s / model / "result.json").read_text())["info"]
+        scope = "topk" if model == "precomputed" else "catalog"
+        assert info_n.get("auc_scope") == info_s.get("auc_scope") == scope, model
 
 
 def test_large_tables_stay_off_the_driver(spark: Any, tmp_path: Path) -> None:
