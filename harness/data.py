@@ -634,7 +634,7 @@ def _normalize_ids(s: pd.Series, source: str, label: str) -> tuple[pd.Series, Id
         return s.astype(str), None
     # text: one hash of the column (none for a categorical), then the string work on its
     # distinct values only
-    codes, text = _distinct_text(s)
+    codes, text, unchanged = _distinct_text(s)
     integral = text.str.fullmatch(_INTEGRAL_TEXT).to_numpy(dtype=bool)
     if integral.all():
         digits = text.str.replace(r"\.0+$", "", regex=True)
@@ -646,16 +646,22 @@ def _normalize_ids(s: pd.Series, source: str, label: str) -> tuple[pd.Series, Id
         inner, text = pd.factorize(text, sort=False)
         codes = inner[codes]
         text = pd.Series(text, copy=False)
+        unchanged = False
     small = codes.astype(np.int32 if len(text) < 2**31 else np.int64, copy=False)  # kept: compact
+    if unchanged and s.dtype == text.dtype:  # no id had spaces: the column as it came, no copy
+        return s, IdCodes(small, text)
     return pd.Series(text.array.take(codes), index=s.index), IdCodes(small, text)
 
 
-def _distinct_text(s: pd.Series) -> tuple[np.ndarray, pd.Series]:
-    """Each row's code and the column's distinct values (those that occur) as stripped ``str``;
-    a categorical gives its codes and categories without hashing a row."""
+def _distinct_text(s: pd.Series) -> tuple[np.ndarray, pd.Series, bool]:
+    """Each row's code, the column's distinct values (those that occur) as stripped ``str``, and
+    whether stripping changed none of them; a categorical gives its codes and categories without
+    hashing a row."""
     if not isinstance(s.dtype, pd.CategoricalDtype):
         codes, uniques = pd.factorize(s, sort=False)
-        return codes, pd.Series(uniques, copy=False).astype(str).str.strip()
+        raw = pd.Series(uniques, copy=False).astype(str)
+        text = raw.str.strip()
+        return codes, text, bool((raw == text).all())
     codes = s.cat.codes.to_numpy()
     categories = s.cat.categories
     used = np.flatnonzero(np.bincount(codes, minlength=len(categories)))
@@ -663,7 +669,7 @@ def _distinct_text(s: pd.Series) -> tuple[np.ndarray, pd.Series]:
         remap = np.full(len(categories), -1, dtype=np.int64)
         remap[used] = np.arange(len(used))
         codes, categories = remap[codes], categories[used]
-    return codes, pd.Series(categories, copy=False).astype(str).str.strip()
+    return codes, pd.Series(categories, copy=False).astype(str).str.strip(), False
 
 
 def _typed_object_ids(s: pd.Series, source: str, label: str) -> pd.Series:
