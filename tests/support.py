@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,6 +25,12 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 #: the overrides of a small, quick run (``experiment=quick`` and no progress bars)
 QUICK = ("experiment=quick", "progress=false")
+#: A logging line of a library: "2026/11/23 06:42:52 INFO mlflow.store.db.utils: ..." or
+#: "INFO:matplotlib.font_manager:..." (Python's default format); a default run prints none.
+LOG_LINE = re.compile(
+    r"(^\d{4}[/-]\d\d[/-]\d\d[ T][\d:,.]+\s+(DEBUG|INFO|WARNING)\b)|"
+    r"(^(DEBUG|INFO|WARNING):[\w.]+:)|(\b(mlflow|alembic|matplotlib)[\w.]*: )"
+)
 #: Spark settings of the tests' tiny tables (C1-only JIT, serial GC, no AQE: see the file),
 #: read by spark-submit through ``SPARK_CONF_DIR``; a session's explicit settings still win
 SPARK_CONF_DIR = TESTS / "spark_conf"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -158,56 +160,89 @@ def _child_runs(cwd):
     return client, client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
 
 
+# random is gated here on purpose (gate.sanity=[]): by default it is a sanity baseline
+ONLY_PRIMARY = ("gate.guardrails=[]", "gate.gsb=null", "compare.segments=false", "gate.sanity=[]")
+
+
+def _parent_id(proc) -> str:
+    """The parent run id the harness printed."""
+    return re.search(r"parent run ([0-9a-f]{32})", proc.stdout).group(1)
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    """Four quick runs with an enforced gate (only the primary rule) logged to one sqlite store:
+    NO_GO (popularity vs random), INCONCLUSIVE (popularity vs itself), GO (popularity vs
+    item_knn) and the NO_GO one again without enforcing. The compare CLI test reads the GO run's
+    popularity and item_knn runs from the same store."""
+    cwd = tmp_path_factory.mktemp("gated")
+    procs = {
+        "no_go": _harness(cwd, "model=[popularity,random]", "gate.enforce=true", *ONLY_PRIMARY),
+        "same": _harness(
+            cwd,
+            "model=[popularity]",
+            "+model.again._target_=harness.models.PopularityModel",
+            "gate.enforce=true",
+            *ONLY_PRIMARY,
+        ),
+        "go": _harness(cwd, "model=[popularity,item_knn]", "gate.enforce=true", *ONLY_PRIMARY),
+        "not_enforced": _harness(cwd, "model=[popularity,random]", *ONLY_PRIMARY),
+    }
+    return cwd, procs
+
+
 @pytest.mark.slow
-def test_gate_enforce_exit_codes_and_tags(tmp_path) -> None:
-    # random is gated here on purpose (gate.sanity=[]): by default it is a sanity baseline
-    only_primary = [
-        "gate.guardrails=[]",
-        "gate.gsb=null",
-        "compare.segments=false",
-        "gate.sanity=[]",
-    ]
-    no_go = _harness(tmp_path, "model=[popularity,random]", "gate.enforce=true", *only_primary)
+def test_gate_enforce_exit_codes_and_tags(gated) -> None:
+    cwd, procs = gated
+    no_go, same, go = procs["no_go"], procs["same"], procs["go"]
     assert no_go.returncode == 10, no_go.stderr
     assert "overall gate decision: NO_GO" in no_go.stdout
-    same = _harness(
-        tmp_path,
-        "model=[popularity]",
-        "+model.again._target_=harness.models.PopularityModel",
-        "gate.enforce=true",
-        *only_primary,
-    )
     assert same.returncode == 11, same.stderr  # identical to the baseline: INCONCLUSIVE
-    go = _harness(tmp_path, "model=[popularity,item_knn]", "gate.enforce=true", *only_primary)
     assert go.returncode == 0, go.stdout + go.stderr
-    not_enforced = _harness(tmp_path, "model=[popularity,random]", *only_primary)
-    assert not_enforced.returncode == 0  # the run itself succeeded
-    client, runs = _child_runs(tmp_path)
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert procs["not_enforced"].returncode == 0  # the run itself succeeded
+    client, runs = _child_runs(cwd)
+    # the store may also hold the compare CLI test's runs: these four parents are ours, in order
+    by_id = {r.info.run_id: r for r in runs}
+    parents = [by_id[_parent_id(procs[k])] for k in ("no_go", "same", "go", "not_enforced")]
+    assert all("mlflow.parentRunId" not in p.data.tags for p in parents)
     assert [p.data.tags.get("gate.decision") for p in parents] == [
         "NO_GO",
         "INCONCLUSIVE",
         "GO",
         "NO_GO",
     ]
-    random_run = next(r for r in runs if r.data.tags.get("model") == "random")
+    first = parents[0].info.run_id
+    random_run = next(
+        r
+        for r in runs
+        if r.data.tags.get("model") == "random" and r.data.tags.get("mlflow.parentRunId") == first
+    )
     assert random_run.data.tags["gate.decision"] == "NO_GO"
     assert "compare.all.ndcg@10.gsb_delta".replace("@", "_at_") in random_run.data.metrics
-    artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    artifacts = {a.path for a in client.list_artifacts(first)}
     assert {"report.html", "report.md"} <= artifacts
 
 
 @pytest.mark.slow
-def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(tmp_path) -> None:
-
-    assert _harness(tmp_path, "model=[popularity,item_knn]").returncode == 0
-    assert _harness(tmp_path, "model=[popularity]", "split=leave_one_out").returncode == 0
+def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(gated) -> None:
+    """``python -m harness.compare`` on the GO run's popularity and item_knn runs (the store of
+    the gate test), and on a popularity run of another split added to that store here."""
+    tmp_path, procs = gated
+    other = _harness(tmp_path, "model=[popularity]", "split=leave_one_out")
+    assert other.returncode == 0, other.stderr
     _, runs = _child_runs(tmp_path)
-    by_name = {}
-    for r in runs:
-        by_name.setdefault(r.data.tags.get("model"), []).append(r)
-    pop, knn = by_name["popularity"][0], by_name["item_knn"][0]
-    other_split_pop = by_name["popularity"][1]
+
+    def child(parent: str, model: str):
+        (found,) = [
+            r
+            for r in runs
+            if r.data.tags.get("model") == model and r.data.tags.get("mlflow.parentRunId") == parent
+        ]
+        return found
+
+    go_parent = _parent_id(procs["go"])
+    pop, knn = child(go_parent, "popularity"), child(go_parent, "item_knn")
+    other_split_pop = child(_parent_id(other), "popularity")
 
     def cli(*args):
         return CLI.run(tmp_path, *args, module="harness.compare")

@@ -3,23 +3,36 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
 
-@pytest.mark.slow
-def test_failing_models_leave_the_others_logged(harness_cli, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def mixed(harness_cli, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    """One quick run of popularity, two plug-ins by dotted path with parameters (``mine``:
+    MostRecent over 60 days, ``year``: over 365 days) and two failing models; its process and
+    working folder."""
+    cwd = tmp_path_factory.mktemp("mixed")
     proc = harness_cli.run(
-        tmp_path,
+        cwd,
         "model=[popularity]",
         "+model.mine._target_=plugins.models.MostRecent",
         "+model.mine.window_days=60",
+        "+model.year._target_=plugins.models.MostRecent",
+        "+model.year.window_days=365",
         "+model.bad_fit._target_=plugins.models.FailsToFit",
         "+model.bad_build._target_=plugins.models.FailsToBuild",
         quick=True,
     )
+    return proc, cwd
+
+
+@pytest.mark.slow
+def test_failing_models_leave_the_others_logged(mixed: tuple[Any, Path]) -> None:
+    proc, tmp_path = mixed
     assert proc.returncode == 1, proc.stderr
     assert "model 'bad_fit' FAILED" in proc.stdout and "deliberate failure in fit" in proc.stdout
     assert "model 'bad_build' FAILED" in proc.stdout
@@ -42,21 +55,20 @@ def test_failing_models_leave_the_others_logged(harness_cli, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_plugin_class_from_a_package_with_parameters(harness_cli, tmp_path: Path) -> None:
-    proc = harness_cli.run(
-        tmp_path,
-        "model=[popularity]",
-        "+model.mine._target_=plugins.models.MostRecent",
-        "+model.mine.window_days=365",
-        "tracking=none",
-        quick=True,
-    )
-    assert proc.returncode == 0, proc.stderr
+def test_plugin_class_from_a_package_with_parameters(mixed: tuple[Any, Path]) -> None:
+    """The same run as above (the failing models beside it do not matter here): ``year`` is a
+    plug-in class built with ``window_days=365``, fitted and evaluated."""
+    proc, tmp_path = mixed
+    assert "model 'year' FAILED" not in proc.stdout, proc.stdout
     summary = pd.read_csv(next((tmp_path / "runs" / "results").rglob("summary.csv")), index_col=0)
+    assert summary.loc["year"].notna().all()
     # over a year-long window MostRecent is the global popularity ranking without exclusion of
     # seen items, so it can only do as well as or worse than popularity with exclusion
-    assert summary.loc["mine", "recall@10"] <= summary.loc["popularity", "recall@10"] + 1e-12
-    assert summary.loc["mine", "recall@10"] > 0
+    assert summary.loc["year", "recall@10"] <= summary.loc["popularity", "recall@10"] + 1e-12
+    assert summary.loc["year", "recall@10"] > 0
+    # each plug-in kept its own parameter in the run's saved config
+    saved = (next((tmp_path / "runs" / "results").rglob("config.yaml"))).read_text()
+    assert "window_days: 365" in saved and "window_days: 60" in saved
 
 
 def test_every_model_failing_ends_with_their_errors_not_a_traceback(

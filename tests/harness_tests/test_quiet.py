@@ -1,5 +1,6 @@
 """The default run's output: status lines and a stage table, no third-party log lines, no bar
-updates in a log; MLflow readable at a glance; a multirun's table and sweep run."""
+updates in a log; MLflow readable at a glance. (A multirun's table and sweep run are checked on
+the multirun of ``test_runs_survive.py``, which the same checks would otherwise run again.)"""
 
 from __future__ import annotations
 
@@ -7,19 +8,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import LOG_LINE
 
 from harness.progress import Stages
 
-#: A logging line of a library: "2026/11/23 06:42:52 INFO mlflow.store.db.utils: ..." or
-#: "INFO:matplotlib.font_manager:..." (Python's default format).
-LOG_LINE = re.compile(
-    r"(^\d{4}[/-]\d\d[/-]\d\d[ T][\d:,.]+\s+(DEBUG|INFO|WARNING)\b)|"
-    r"(^(DEBUG|INFO|WARNING):[\w.]+:)|(\b(mlflow|alembic|matplotlib)[\w.]*: )"
-)
 STAGES = ("load", "split", "candidates", "comparison", "report", "logging", "total")
 
 
@@ -127,50 +122,6 @@ def test_default_run_is_quiet_shows_steps_and_is_readable_in_mlflow(
     assert knn.data.metrics["compare.all.ndcg_at_10.lift"] == pytest.approx(row["lift"])
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert "stages.json" in artifacts
-
-
-@pytest.mark.slow
-def test_multirun_ends_with_one_table_and_one_sweep_run(harness_cli, tmp_path: Path) -> None:
-    done = harness_cli.run(
-        tmp_path,
-        "-m",
-        "experiment=quick",
-        "compare=none",
-        "name=sweep",
-        "model=popularity,random",
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    assert not [line for line in (done.stdout + done.stderr).splitlines() if LOG_LINE.search(line)]
-    printed = re.findall(r"^results: (.+)$", done.stdout, re.M)
-    assert len(printed) == 2
-    table = done.stdout.split("multirun: 2 jobs\n", 1)[1].splitlines()
-    assert table[0].split() == ["job", "overrides", "headline", "decision", "results"]
-    assert "model=popularity" in table[1] and printed[0].strip() in table[1]
-    assert "model=random" in table[2] and printed[1].strip() in table[2]
-
-    from mlflow import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
-    exp = client.get_experiment_by_name("sweep")
-    runs = client.search_runs([exp.experiment_id])
-    (sweep,) = [r for r in runs if "results.folder" not in r.data.tags]
-    jobs = [r for r in runs if "results.folder" in r.data.tags and "model" not in r.data.tags]
-    assert len(jobs) == 2
-    assert all(j.data.tags["mlflow.parentRunId"] == sweep.info.run_id for j in jobs)
-    assert {j.data.tags["harness.sweep_id"] for j in jobs} == {sweep.data.tags["harness.sweep_id"]}
-    assert sweep.info.run_id in done.stdout
-    assert "model=random" in sweep.data.tags["mlflow.note.content"]
-    # a job's results folder logged again later still finds its (now nested) parent run
-    log = subprocess.run(
-        [sys.executable, "-m", "harness.log", printed[0].strip()],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert log.returncode == 0, log.stderr
-    assert len(client.search_runs([exp.experiment_id])) == len(runs)
 
 
 @pytest.mark.slow

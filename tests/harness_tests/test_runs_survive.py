@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from support import HarnessCli, MlflowServer, free_port
+from support import LOG_LINE, HarnessCli, MlflowServer, free_port
 
 from harness.folders import (
     COMPLETE,
@@ -187,22 +187,26 @@ def test_store_created_by_several_processes_at_once(tmp_path: Path) -> None:
         "import sys, time\n"
         "from pathlib import Path\n"
         "from harness.tracking import Tracker\n"
+        "Path(sys.argv[3]).write_text('')\n"
         "while not Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
         "t = Tracker(sys.argv[1], 'race')\n"
         "print(t.experiment_id)\n"
     )
     uri = f"sqlite:///{tmp_path}/store/m.db"
     go = tmp_path / "go"
+    ready = [tmp_path / f"ready{i}" for i in range(3)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code, uri, str(go)],
+            [sys.executable, "-c", code, uri, str(go), str(flag)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(3)
+        for flag in ready
     ]
-    time.sleep(3)  # let every process import MLflow, then release them together
+    # once every process has imported MLflow (or one has died), release them together
+    while not all(f.exists() for f in ready) and all(p.poll() is None for p in procs):
+        time.sleep(0.01)
     go.write_text("")
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * 3, outs
@@ -218,17 +222,28 @@ def test_store_created_by_several_processes_at_once(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_multirun_jobs_get_their_own_folders_and_log_their_own_files(tmp_path: Path) -> None:
+    """Three jobs: their own folders and logged files; no library log lines (output to pipes,
+    progress left at its default), one table at the end and one sweep run grouping the jobs."""
     proc = CLI.run(
         tmp_path,
         "-m",
-        *QUICK,
+        "experiment=quick",
+        "compare=none",
         "tracking=local",
         "name=multi",
         "model=popularity,random,item_knn",
     )
     assert proc.returncode == 0, proc.stderr
-    printed = [tmp_path / p.strip() for p in re.findall(r"^results: (.+)$", proc.stdout, re.M)]
+    assert not [line for line in (proc.stdout + proc.stderr).splitlines() if LOG_LINE.search(line)]
+    lines = [p.strip() for p in re.findall(r"^results: (.+)$", proc.stdout, re.M)]
+    printed = [tmp_path / p for p in lines]
     assert len(set(printed)) == 3
+    table = proc.stdout.split("multirun: 3 jobs\n", 1)[1].splitlines()
+    assert table[0].split() == ["job", "overrides", "headline", "decision", "results"]
+    for row, model, folder in zip(
+        table[1:4], ("popularity", "random", "item_knn"), lines, strict=True
+    ):
+        assert f"model={model}" in row and folder in row, row
     folders = sorted((tmp_path / "runs" / "results" / "multi").iterdir())
     assert sorted(printed) == folders
     by_model = {}
@@ -243,8 +258,16 @@ def test_multirun_jobs_get_their_own_folders_and_log_their_own_files(tmp_path: P
 
     uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
     client = MlflowClient(uri)
-    parents = _parents(_runs(uri, "multi"))
+    runs = _runs(uri, "multi")
+    parents = _parents(runs)
     assert len(parents) == 3
+    (sweep,) = [r for r in runs if "results.folder" not in r.data.tags]
+    assert all(j.data.tags["mlflow.parentRunId"] == sweep.info.run_id for j in parents)
+    assert {j.data.tags["harness.sweep_id"] for j in parents} == {
+        sweep.data.tags["harness.sweep_id"]
+    }
+    assert sweep.info.run_id in proc.stdout
+    assert "model=random" in sweep.data.tags["mlflow.note.content"]
     for parent in parents:
         folder = Path(parent.data.tags["results.folder"])
         dst = tmp_path / "dl" / parent.info.run_id
@@ -256,6 +279,10 @@ def test_multirun_jobs_get_their_own_folders_and_log_their_own_files(tmp_path: P
         config = client.download_artifacts(parent.info.run_id, "config.yaml", str(dst))
         assert Path(config).read_text() == (folder / "config.yaml").read_text()
         assert f"model:\n  {model}:" in Path(config).read_text()
+    # a job's results folder logged again later still finds its (now nested) parent run
+    again = _log(printed[0], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert len(_runs(uri, "multi")) == len(runs)
 
 
 @pytest.mark.slow

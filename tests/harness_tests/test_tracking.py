@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -125,6 +126,24 @@ def test_flatten_keeps_every_leaf_once(tree: dict) -> None:
 # ------------------------------------------------------------------- Tracker on sqlite store
 
 
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sqlite MLflow store with its tables created and nothing logged: creating the tables
+    (MLflow's schema migrations) takes seconds, so a test copies this file instead."""
+    from mlflow import MlflowClient
+
+    db = tmp_path_factory.mktemp("template") / "t.db"
+    MlflowClient(f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def store_uri(empty_store: Path, tmp_path: Path) -> str:
+    """The URI of this test's own fresh store (a copy of :func:`empty_store`)."""
+    shutil.copyfile(empty_store, tmp_path / "t.db")
+    return f"sqlite:///{tmp_path}/t.db"
+
+
 def test_tracker_batches_more_than_1000_metrics(tmp_path: Path) -> None:
     from mlflow import MlflowClient
 
@@ -167,10 +186,10 @@ def test_tracker_batches_more_than_1000_metrics(tmp_path: Path) -> None:
     assert again.experiment_id == exp.experiment_id
 
 
-def test_tracker_logs_dataset_input_and_artifacts(tmp_path: Path) -> None:
+def test_tracker_logs_dataset_input_and_artifacts(tmp_path: Path, store_uri: str) -> None:
     from mlflow import MlflowClient
 
-    uri = f"sqlite:///{tmp_path}/t.db"
+    uri = store_uri
     tracker = Tracker(uri, "inputs", tmp_path / "art")
     run = tracker.start("r")
     frame = pd.DataFrame({"user": [1, 2, 2], "item": [5, 6, 7], "timestamp": [1, 2, 3]})
@@ -195,8 +214,8 @@ def test_tracker_logs_dataset_input_and_artifacts(tmp_path: Path) -> None:
     assert [f.path for f in client.list_artifacts(run)] == ["a.txt"]
 
 
-def test_metric_key_output_is_accepted_by_mlflow_for_path_like_names(tmp_path: Path) -> None:
-    tracker = Tracker(f"sqlite:///{tmp_path}/t.db", "paths")
+def test_metric_key_output_is_accepted_by_mlflow_for_path_like_names(store_uri: str) -> None:
+    tracker = Tracker(store_uri, "paths")
     run = tracker.start("r")
     tracker.log(run, metrics={"gsb/ndcg@10/": 1.0, "a//b": 2.0})
 
@@ -223,10 +242,10 @@ def test_configure_http_sets_mlflow_env_vars(monkeypatch: pytest.MonkeyPatch) ->
             configure_http(bad, None)  # type: ignore[arg-type]
 
 
-def test_abort_ends_open_runs_killed_and_find_by_tag(tmp_path: Path) -> None:
+def test_abort_ends_open_runs_killed_and_find_by_tag(store_uri: str) -> None:
     from mlflow import MlflowClient
 
-    uri = f"sqlite:///{tmp_path}/t.db"
+    uri = store_uri
     tracker = Tracker(uri, "abort")
     parent = tracker.start("p", {"harness.folder_id": "abc"})
     done = tracker.start("a", {"harness.folder_id": "abc", "model": "a"}, parent=parent)
@@ -246,7 +265,9 @@ def test_abort_ends_open_runs_killed_and_find_by_tag(tmp_path: Path) -> None:
     assert [r.info.run_id for r in tracker.find({"harness.folder_id": "it's other"})] == [other]
 
 
-def test_replay_from_the_saved_plan_is_idempotent_and_completes(tmp_path: Path) -> None:
+def test_replay_from_the_saved_plan_is_idempotent_and_completes(
+    tmp_path: Path, store_uri: str
+) -> None:
     """A plan saved as JSON and read back logs the same numbers; a second replay adds nothing;
     a replay after a child run was lost (deleted) creates only that child again."""
     import json
@@ -280,7 +301,7 @@ def test_replay_from_the_saved_plan_is_idempotent_and_completes(tmp_path: Path) 
         folder_id="folder-1",
     )
     loaded = json.loads(save_plan(saved, folder).read_text())
-    uri = f"sqlite:///{tmp_path}/t.db"
+    uri = store_uri
     ids = replay(Tracker(uri, "replay"), loaded, folder)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("replay").experiment_id
