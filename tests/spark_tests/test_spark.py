@@ -350,29 +350,6 @@ def test_topk_equals_a_pandas_sort(spark: Any, tie_break: str) -> None:
     )
 
 
-# ----------------------------------------------------------------------- the whole harness
-
-
-@pytest.mark.slow
-def test_harness_engine_spark_equals_numpy_end_to_end(
-    spark: Any, harness_cli: Any, tmp_path: Path
-) -> None:
-    """`python -m harness engine=spark` gives the numpy run's metrics, comparison and gate."""
-    runs = harness_cli.run_engines(tmp_path, quick=True, timeout=600)
-    out_n, dir_n = runs["numpy"].proc.stdout, runs["numpy"].folder
-    out_s, dir_s = runs["spark"].proc.stdout, runs["spark"].folder
-    summary_n = pd.read_csv(dir_n / "summary.csv", index_col=0)
-    summary_s = pd.read_csv(dir_s / "summary.csv", index_col=0)
-    assert np.allclose(summary_n.to_numpy(), summary_s.to_numpy(), atol=TOL, rtol=0)
-    for model in summary_n.index:
-        a = pd.read_parquet(dir_n / model / "per_user.parquet")
-        b = pd.read_parquet(dir_s / model / "per_user.parquet")  # Spark's: a user column
-        b = b.set_index("user").reindex(a.index)
-        assert np.allclose(a.to_numpy(), b.to_numpy(), atol=TOL, rtol=0, equal_nan=True)
-    verdict = [x for x in out_n.splitlines() if "gate" in x or "ΔGSB" in x]
-    assert verdict and verdict == [x for x in out_s.splitlines() if "gate" in x or "ΔGSB" in x]
-
-
 # ------------------------------------------------------------------------------ segments
 
 

@@ -1,25 +1,21 @@
 """The comparison's extras on ``engine=spark``: ``compare.human_labels`` and
-``compare.user_groups`` give the in-process rows and notes (to 1e-9, string ids), and
-``python -m harness.compare`` compares two model runs of ``engine=spark`` from the Parquet
-tables their MLflow tags name, with the table the run itself logged.
+``compare.user_groups`` give the in-process rows and notes (to 1e-9, string ids).
+(``python -m harness.compare`` on the tables of an ``engine=spark`` run: test_spark_cli_quick.py,
+which shares its CLI run with the end-to-end check.)
 
 References: the in-process comparison (:func:`harness.compare.compare_models`, pandas) of the
 same run's driver copies; GSB counts and group means counted by hand from the labels and the
-per-user tables; the comparison table logged by the run (``comparison.json``).
+per-user tables.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from harness import synthetic
 from harness.compare import CompareSpec, PairComparison, compare_models, user_groups_of
@@ -156,138 +152,3 @@ def test_labels_and_groups_on_spark_equal_in_process(spark_run: Any) -> None:
             assert gap.gap == pytest.approx(means.max() - means.min(), abs=TOL)
         if user_groups != "activity":
             assert set(g) == {"x", "y", "z"} and len(g) == len(users) - 5
-
-
-# ---------------------------------------------------------------------------------------------
-# python -m harness.compare on two model runs of engine=spark
-# ---------------------------------------------------------------------------------------------
-def compare_cli(harness_cli: Any, cwd: Path, *args: str) -> Any:
-    return harness_cli.run(cwd, *args, module="harness.compare", timeout=900)
-
-
-def inprocess_split(folder: Path) -> Any:
-    """The run's split made in-process from its resolved config (the reference for the copy
-    the Spark run cached)."""
-    from harness.datasets import load_dataset
-    from harness.split import make_split
-
-    cfg = yaml.safe_load((folder / "config.yaml").read_text())
-    params = dict(cfg["split"])
-    method = params.pop("method")
-    return make_split(load_dataset(cfg["dataset"]).frame, method, **params)
-
-
-def sorted_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    columns = sorted(frame.columns)
-    return frame[columns].sort_values(columns, kind="stable").reset_index(drop=True)
-
-
-def test_harness_compare_reads_spark_runs_tables(harness_cli: Any, tmp_path: Path) -> None:
-    from harness.compare import compare_pair, labels_row, segment_data
-
-    cwd = tmp_path / "work"
-    cwd.mkdir()
-    labels = pd.DataFrame(
-        {"unit": range(6), "label": ["good", "good", "bad", "same", "good", "bad"]}
-    )
-    labels.to_csv(cwd / "labels.csv", index=False)
-    opts = ["compare.n_resamples=200", f"compare.human_labels={cwd / 'labels.csv'}"]
-    proc = harness_cli.run(
-        cwd,
-        "engine=spark",
-        "engine.master='local[2]'",
-        "model=[popularity,item_knn]",
-        *opts,
-        quick=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    folder = next((cwd / "runs" / "results").rglob("summary.csv")).parent
-    client = mlflow.MlflowClient(f"sqlite:///{cwd / 'runs' / 'mlflow.db'}")
-    runs = client.search_runs(
-        [e.experiment_id for e in client.search_experiments()], "tags.model != ''"
-    )
-    by_model = {r.data.tags["model"]: r for r in runs}
-    base, cand = by_model["popularity"], by_model["item_knn"]
-    ids = (base.info.run_id, cand.info.run_id)
-    got = client.download_artifacts(cand.info.run_id, "comparison.json", str(tmp_path))
-    logged = pd.DataFrame(json.loads(Path(got).read_text()))
-    assert {"all", "cold", "heavy"} <= set(logged["segment"])
-    assert "human_labels" in set(logged["metric"])  # the labels row of the Spark run
-
-    def table(out: str) -> pd.DataFrame:
-        return pd.read_csv(cwd / out / "comparison.csv")
-
-    # 1. the Spark run cached its (small) split where harness.compare looks: the in-process rows
-    split_dir = cwd / "runs" / "splits" / base.data.tags["split.sha256"]
-    assert (split_dir / "split.json").is_file()
-    reference = inprocess_split(folder)
-    for part in ("train", "test"):
-        pd.testing.assert_frame_equal(
-            sorted_rows(pd.read_parquet(split_dir / f"{part}.parquet")),
-            sorted_rows(getattr(reference, part)),
-            check_dtype=False,
-        )
-    aside = split_dir.with_name("aside")
-    split_dir.rename(aside)  # without the split: the rows on all users, with a note
-    first = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c1")
-    aside.rename(split_dir)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "segments skipped" in first.stdout
-    assert_same_table(table("c1"), logged[logged["segment"] == "all"].reset_index(drop=True))
-
-    # 2. with the split: the whole table the run logged (on the driver, as the rule picks for
-    # small tables), and the same with the tables kept in Spark (--driver-rows 1)
-    second = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c2")
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "comparing in Spark" not in second.stdout
-    assert_same_table(table("c2"), logged)
-    on_spark = compare_cli(
-        harness_cli, cwd, *ids, *opts, "--out", "c3", "--driver-rows", "1",
-        "--spark-master", "local[2]",
-    )  # fmt: skip
-    assert on_spark.returncode == 0, on_spark.stderr[-3000:]
-    assert "comparing in Spark (--engine auto" in on_spark.stdout
-    assert_same_table(table("c3"), logged)
-
-    # 3. the in-process comparison of the same per-user tables (read here with pandas)
-    def read(path: str, order: list[str]) -> pd.DataFrame:
-        frame = pd.read_parquet(path).sort_values(order, kind="stable").reset_index(drop=True)
-        return frame.astype({"user": np.int64})
-
-    per_user = [
-        read(r.data.tags["model.per_user_uri"], ["user"]).set_index("user") for r in (base, cand)
-    ]
-    recs = [read(r.data.tags["model.topk_uri"], ["user", "rank"]) for r in (base, cand)]
-    train = pd.read_parquet(split_dir / "train.parquet")
-    test = pd.read_parquet(split_dir / "test.parquet")
-    spec = CompareSpec(n_resamples=200)
-    summaries = [
-        json.loads((folder / m / "result.json").read_text())["summary"]
-        for m in ("popularity", "item_knn")
-    ]
-    pair = compare_pair(
-        "popularity", "item_knn", (per_user[0], per_user[1]), list(per_user[0].columns), spec,
-        summaries=(summaries[0], summaries[1]),
-        segments=segment_data(train, per_user[0].index.to_numpy(), spec),
-        qrels=test[["user", "item"]].drop_duplicates().assign(relevance=1.0),
-        recs=(recs[0], recs[1]),
-    )  # fmt: skip
-    in_process = pd.concat(
-        [pair.table, pd.DataFrame([labels_row(labels["label"], spec)])], ignore_index=True
-    )
-    assert_same_table(in_process, logged)
-
-    # 4. the results folder's table gone: the run's artifact copy is read; gone from both: one
-    # error line naming the folder
-    gone = Path(base.data.tags["model.per_user_uri"])
-    shutil.rmtree(gone)
-    copy = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c4")
-    assert copy.returncode == 0, copy.stderr[-3000:]
-    assert_same_table(table("c4"), logged)
-    artifacts = Path(client.get_run(base.info.run_id).info.artifact_uri.removeprefix("file://"))
-    shutil.rmtree(artifacts / "per_user.parquet")
-    failed = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c5")
-    assert failed.returncode == 2
-    errors = [x for x in failed.stderr.splitlines() if x.startswith("error:")]
-    assert len(errors) == 1 and str(gone) in errors[0] and "is gone" in errors[0], failed.stderr
