@@ -22,10 +22,10 @@ from tqdm.auto import tqdm
 
 import metrics
 from harness import progress as stage_log
-from harness.data import id_codes, known_codes
+from harness.data import ITEM, id_codes, known_codes
 from harness.datasets import Dataset
 from harness.models import PAD_ITEM_INT, PAD_ITEM_OBJECT, Recommender, padding_mask
-from harness.split import Split
+from harness.split import Split, input_distinct
 from metrics.checks import require_choice, require_int
 
 #: A metric engine: ``metrics.evaluate`` or one with the same signature and results.
@@ -369,7 +369,7 @@ def run_models(
     ``evaluate`` is the metric engine (``metrics.evaluate``, or the Spark engine's equivalent).
     """
     qrels = qrels_from_test(split.test, suite)
-    catalog = _catalog_size(dataset.frame, split.stats)
+    catalog = input_distinct(dataset.frame, ITEM, split.stats) or 0
     side = dataset.side_inputs()  # item features / embeddings / groups of beyond-accuracy metrics
     if side:
         evaluate = partial(evaluate, **side)
@@ -407,16 +407,6 @@ def run_models(
     result = ExperimentResult(dataset, split, suite, outcomes, folder, options)
     save(result)
     return result
-
-
-def _catalog_size(frame: pd.DataFrame, stats: Mapping[str, Any]) -> int:
-    """Distinct items of the dataset (coverage's and gini's denominator): the split's count of
-    its input when that input is ``frame`` (same number of events), so text ids are not hashed
-    again."""
-    counted = stats.get("n_input_items")
-    if counted is not None and stats.get("n_input_events") == len(frame):
-        return int(counted)
-    return len(pd.unique(frame["item"]))
 
 
 def _needs_features(suite: MetricSuite, dataset: Dataset) -> set[str]:

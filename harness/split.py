@@ -850,3 +850,15 @@ def _leakage(train: pd.DataFrame, test: pd.DataFrame) -> dict[str, float | None]
     mean_share = float(np.mean(later) / train_ts.size)
     global_share = float(np.mean(train_ts > test_ts.min()))
     return dict(zip(keys, (user_share, mean_share, global_share), strict=True))
+
+
+def input_distinct(frame: pd.DataFrame, column: str, stats: Mapping[str, Any]) -> int | None:
+    """Distinct ids of ``frame[column]`` (None without that column): the split's count of its
+    input (``stats``) when that input is ``frame`` (same number of events), so millions of text
+    ids are not hashed again for the report's counts or coverage's catalog size."""
+    if column not in frame:
+        return None
+    counted = stats.get(f"n_input_{column}s")
+    if counted is not None and stats.get("n_input_events") == len(frame):
+        return int(counted)
+    return int(frame[column].nunique())

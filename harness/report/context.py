@@ -21,6 +21,7 @@ from harness import gate
 from harness.compare import PairComparison
 from harness.gate import GateDecision, worst
 from harness.report.format import finite, fmt_ci, fmt_lift, fmt_value
+from harness.split import input_distinct
 
 if TYPE_CHECKING:
     from harness.experiment import ExperimentResult
@@ -166,8 +167,8 @@ class ReportContext:
             name=str(result.dataset.name),
             source=str(result.dataset.source),
             events=len(frame),
-            users=_distinct(frame, "user", result.split.stats),
-            items=_distinct(frame, "item", result.split.stats),
+            users=input_distinct(frame, "user", result.split.stats),
+            items=input_distinct(frame, "item", result.split.stats),
         )
         tuning = read_tuning(getattr(result, "folder", None))
         model_notes = [f"{n}: {note}" for n, o in result.outcomes.items() for note in o.notes]
@@ -278,14 +279,3 @@ class ReportContext:
                 text = v.sentence()
         text = str(text)
         return text[len(VERDICT_PREFIX) :] if text.startswith(VERDICT_PREFIX) else text
-
-
-def _distinct(frame: pd.DataFrame, column: str, stats: Mapping[str, Any]) -> int | None:
-    """Distinct ids of a dataset column: the split's count of its input when that input is
-    ``frame`` (same number of events), so millions of text ids are not hashed again."""
-    if column not in frame:
-        return None
-    counted = stats.get(f"n_input_{column}s")
-    if counted is not None and stats.get("n_input_events") == len(frame):
-        return int(counted)
-    return int(frame[column].nunique())

@@ -18,10 +18,9 @@ import pytest
 from harness import data
 from harness.compare import CompareSpec, _counts, segment_data
 from harness.data import id_codes, known_codes, remember_codes, validate_interactions
-from harness.experiment import MetricSuite, _catalog_size, qrels_from_test
+from harness.experiment import MetricSuite, qrels_from_test
 from harness.models import ImplicitItemCosine, PopularityModel, RandomModel
-from harness.report.context import _distinct
-from harness.split import data_hash, make_split
+from harness.split import data_hash, input_distinct, make_split
 
 N_USERS, N_ITEMS = 80, 30
 
@@ -215,7 +214,8 @@ def test_distinct_counts_from_split_stats_are_nunique() -> None:
     frame = _text(_ints())
     split = make_split(frame, "user_time", test_ratio=0.3)
     for column in ("user", "item"):
-        assert _distinct(frame, column, split.stats) == frame[column].nunique()
-        assert _distinct(frame, column, {}) == frame[column].nunique()
-    assert _catalog_size(frame, split.stats) == frame["item"].nunique()
-    assert _catalog_size(frame.iloc[:10], split.stats) == frame["item"].iloc[:10].nunique()
+        assert input_distinct(frame, column, split.stats) == frame[column].nunique()
+        assert input_distinct(frame, column, {}) == frame[column].nunique()
+        part = frame.iloc[:10]  # not the split's input: counted, not read from the stats
+        assert input_distinct(part, column, split.stats) == part[column].nunique()
+    assert input_distinct(frame.drop(columns="item"), "item", split.stats) is None
