@@ -658,8 +658,7 @@ def _distinct_text(s: pd.Series) -> tuple[np.ndarray, pd.Series, bool]:
     whether stripping changed none of them; a categorical gives its codes and categories without
     hashing a row."""
     if not isinstance(s.dtype, pd.CategoricalDtype):
-        codes, uniques = pd.factorize(s, sort=False)
-        raw = pd.Series(uniques, copy=False).astype(str)
+        codes, raw = _factorize_text(s)
         text = raw.str.strip()
         return codes, text, bool((raw == text).all())
     codes = s.cat.codes.to_numpy()
@@ -670,6 +669,41 @@ def _distinct_text(s: pd.Series) -> tuple[np.ndarray, pd.Series, bool]:
         remap[used] = np.arange(len(used))
         codes, categories = remap[codes], categories[used]
     return codes, pd.Series(categories, copy=False).astype(str).str.strip(), False
+
+
+def _factorize_text(s: pd.Series) -> tuple[np.ndarray, pd.Series]:
+    """``pd.factorize(s, sort=False)`` with the uniques as ``str``. Arrow-backed text is encoded
+    by one Arrow dictionary pass over the whole column (first-seen order, like factorize), a
+    third cheaper than pandas' chunk-by-chunk encoding plus the merge of the chunks'
+    dictionaries."""
+    data = _arrow_text(s)
+    if data is not None:
+        try:
+            encoded = pc.dictionary_encode(data.combine_chunks())
+        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # offsets overflow: pandas' way
+            pass
+        else:
+            uniques = pd.Series(pd.array(encoded.dictionary, dtype=s.dtype), copy=False)
+            return encoded.indices.to_numpy(zero_copy_only=False), uniques
+    codes, uniques = pd.factorize(s, sort=False)
+    return codes, pd.Series(uniques, copy=False).astype(str)
+
+
+def _number_text(text: pd.Series) -> np.ndarray:
+    """Which values of ``text`` fully match ``_NUMBER_TEXT`` under Python's ``re`` rules, without
+    a Python call per value: Arrow's regex decides ASCII values (where its digit class and
+    Python's agree), Python's ``re`` only the non-ASCII ones (Python's also matches other
+    scripts' digits)."""
+    arr = text.array
+    data = arr.__arrow_array__() if hasattr(arr, "__arrow_array__") else pa.array(arr)
+    ascii_ = pc.string_is_ascii(data).to_numpy(zero_copy_only=False)
+    matched = pc.match_substring_regex(data, f"^(?:{_NUMBER_TEXT})$")
+    mask = np.array(matched.to_numpy(zero_copy_only=False), dtype=bool)
+    if not ascii_.all():
+        rest = np.flatnonzero(~ascii_)
+        values = pd.Series(text.to_numpy(dtype=object)[rest], dtype=object)
+        mask[rest] = values.str.fullmatch(_NUMBER_TEXT).to_numpy(dtype=bool)
+    return mask
 
 
 def _typed_object_ids(s: pd.Series, source: str, label: str) -> pd.Series:
@@ -709,8 +743,11 @@ def _check_near_duplicates(
 
     ``text`` holds the column's distinct values (stripped), ``codes`` each row's index into it.
     """
-    uniq = pd.Series(pd.unique(text), dtype=object)
-    numeric = uniq[uniq.str.fullmatch(_NUMBER_TEXT).to_numpy(dtype=bool)]
+    number = _number_text(text)
+    if number.sum() < 2:
+        return
+    # the distinct numeric values in first-seen order (as filtering ``pd.unique(text)`` gives)
+    numeric = pd.Series(pd.unique(text[number]), dtype=object)
     if len(numeric) < 2:
         return
     key = (
