@@ -61,7 +61,7 @@ from harness.models import Recommender, without_search_space
 from harness.promote import promote_run
 from harness.record import job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
-from harness.schema import config_error, one_line_config_errors, register
+from harness.schema import config_error, one_line_config_errors, register, share_config_store
 from harness.spark.pipeline import (
     build_candidates_spark,
     compare_result_spark,
@@ -74,6 +74,7 @@ from harness.tracking import configure_http
 
 EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
 register()  # the typed config schemas (harness/schema.py), before Hydra composes
+share_config_store()  # --help lists the groups ~120 times, each deep-copying Hydra's store
 
 
 def build_models(cfg: DictConfig, progress: bool) -> tuple[dict[str, Recommender], dict[str, str]]:

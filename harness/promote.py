@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as _st
 
 __all__ = [
     "EVAL_TAG",
@@ -150,7 +149,9 @@ def mean_ci(values: np.ndarray, confidence: float) -> tuple[float, float, float]
     if v.size < 2:
         mean = float(v.mean()) if v.size else float("nan")
         return mean, float("nan"), float("nan")
-    half = float(_st.norm.ppf(0.5 + confidence / 2) * v.std(ddof=1) / np.sqrt(v.size))
+    from scipy import stats  # here, not at the top: ~0.5-1 s that every CLI start would pay
+
+    half = float(stats.norm.ppf(0.5 + confidence / 2) * v.std(ddof=1) / np.sqrt(v.size))
     mean = float(v.mean())
     return mean, mean - half, mean + half
 

@@ -309,6 +309,16 @@ def register() -> None:
         store.store(name=f"schema.{group}.{name}", node=node)
 
 
+def share_config_store() -> None:
+    """Let deep copies of Hydra's ConfigStore singleton share it instead of copying it.
+
+    Hydra deep-copies its config repository, and with it the whole store, on every config-group
+    listing: ~30 ms each, ~120 times for ``--help`` (~3.5 s). The store is only read through
+    the copies (``ConfigStore.load`` copies the node it returns, and re-initialised sources
+    use ``ConfigStore.instance()``), so the copy is never needed."""
+    ConfigStore.__deepcopy__ = lambda self, memo: self  # type: ignore[attr-defined]
+
+
 # ------------------------------------------------------------------------------ one-line errors
 
 

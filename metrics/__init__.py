@@ -17,7 +17,7 @@ from metrics.registry import MetricDef, MetricSpec, list_metrics, parse
 
 
 def __getattr__(name: str) -> object:
-    """``metrics.stats`` is imported on first use (it pulls in scipy, which costs ~1 s)."""
+    """``metrics.stats`` is imported on first use (it imports scipy.stats only when a test runs)."""
     if name == "stats":
         import importlib
 

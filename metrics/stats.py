@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
-from scipy import stats as _st
 
 from metrics.checks import require_choice, require_int, require_range
 from metrics.gsb import GSB, _aligned, gsb
@@ -64,6 +64,15 @@ __all__ = [
     "randomization_test",
     "sign_test",
 ]
+
+
+def _st() -> Any:
+    """scipy.stats, imported on first use: it costs ~0.5-1 s, which every ``python -m harness``
+    process (``--help``, ``--cfg job``, a gate check) would otherwise pay at startup."""
+    from scipy import stats
+
+    return stats
+
 
 ALTERNATIVES = ("two-sided", "greater", "less")
 BOOTSTRAP_STATISTICS = ("mean", "median")
@@ -348,7 +357,7 @@ def _t_from(n: int, mean: float, sd: float) -> tuple[float, int, float]:
     if sd == 0:  # zero variance: a certain difference, or none at all
         return (float(np.copysign(np.inf, mean)), n - 1, 0.0) if mean else (0.0, n - 1, 1.0)
     t = mean / (sd / np.sqrt(n))
-    return float(t), n - 1, float(2 * _st.t.sf(abs(t), n - 1))
+    return float(t), n - 1, float(2 * _st().t.sf(abs(t), n - 1))
 
 
 def _t_test(d: np.ndarray, ms: tuple[float, float] | None = None) -> tuple[float, int, float]:
@@ -381,7 +390,7 @@ def _mde(
 ) -> MDEResult:
     n = d.size
     sd = (ms or _mean_sd(d))[1] if n >= 2 else float("nan")
-    z = _st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power)
+    z = _st().norm.ppf(1 - alpha / 2) + _st().norm.ppf(power)
     absolute = float(z * sd / np.sqrt(n))
     return MDEResult(absolute, _lift(absolute, abs(mean_a)), sd, n, alpha, power)
 
@@ -504,7 +513,7 @@ def sign_test(good: int, bad: int) -> float:
     n, k = good + bad, min(good, bad)
     if 2 * k == n:  # includes n == 0
         return 1.0
-    return float(min(1.0, 2 * _st.binom.cdf(k, n, 0.5)))
+    return float(min(1.0, 2 * _st().binom.cdf(k, n, 0.5)))
 
 
 def _pvalues(pvalues: ArrayLike | pd.Series) -> np.ndarray:
@@ -790,7 +799,7 @@ def compare_from_moments(
     alpha = require_range("alpha", alpha, 0, 1, closed="neither")
     power = require_range("power", power, 0, 1, closed="neither")
     n = require_int("n", m.n, 1)
-    z = float(_st.norm.ppf(0.5 + confidence / 2))
+    z = float(_st().norm.ppf(0.5 + confidence / 2))
     root = float(np.sqrt(n))
     mean_a, diff = m.sum_a / n, m.sum_d / n
     sd = m.sd()
@@ -813,9 +822,9 @@ def compare_from_moments(
     sign_half = z * sign_sd / root
     square = m.sum_squares()
     z_flip = abs(m.sum_d) / np.sqrt(square) if square else 0.0
-    p_rand = 1.0 if square == 0 else min(1.0, 2 * float(_st.norm.sf(z_flip)))
+    p_rand = 1.0 if square == 0 else min(1.0, 2 * float(_st().norm.sf(z_flip)))
     t, df, p_t = _t_from(n, diff, sd)
-    mde = float((_st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power)) * sd / root)
+    mde = float((_st().norm.ppf(1 - alpha / 2) + _st().norm.ppf(power)) * sd / root)
     return PairedComparison(
         n=n, dropped=m.dropped, mean_a=mean_a, mean_b=m.sum_b / n, diff=diff,
         diff_ci=(diff - half, diff + half), lift=lift, lift_ci=lift_ci, p_randomization=p_rand,
@@ -1060,5 +1069,5 @@ def ab_test_size(
     delta = float(relative_lift) * float(mean_a)
     if delta == 0:
         return float("inf")
-    z = _st.norm.ppf(1 - alpha / 2 if two_sided else 1 - alpha) + _st.norm.ppf(power)
+    z = _st().norm.ppf(1 - alpha / 2 if two_sided else 1 - alpha) + _st().norm.ppf(power)
     return float(z * z * (float(var_a) + float(var_b)) / (delta * delta))

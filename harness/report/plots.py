@@ -19,24 +19,21 @@ from harness.report.format import ci_label, finite, number, tone
 __all__ = ["best_so_far", "differences_plot", "gsb_plot", "lift_plot", "tuning_plot"]
 
 
-def _pyplot() -> Any:
-    """matplotlib.pyplot on the non-interactive Agg backend."""
-    import matplotlib
+def _figure(figsize: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure with one axes on the Agg canvas, built without pyplot: no pyplot import
+    (startup) and no global figure registry, so plots can be drawn from any thread."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
 
 
 def _png(fig: Any) -> bytes:
-    """The figure as PNG bytes (110 dpi); the figure is closed."""
-    plt = _pyplot()
+    """The figure as PNG bytes (110 dpi)."""
     buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     return buf.getvalue()
 
 
@@ -68,8 +65,7 @@ def lift_plot(pair: PairComparison) -> bytes | None:
     if any(number(r, "lift") < xmin for r in rows):
         xmin -= 3 * pad
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.55 * len(rows)))
+    fig, ax = _figure((8, 1.2 + 0.55 * len(rows)))
     labels = []
     for y, r in enumerate(rows):
         lift, low, high = number(r, "lift"), number(r, "lift_ci_low"), number(r, "lift_ci_high")
@@ -146,10 +142,9 @@ def differences_plot(pair: PairComparison) -> bytes | None:
     values = values[np.isfinite(values)]
     if values.size == 0:
         return None
-    plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    fig, ax = _figure((8, 3.6))
     bins = int(min(40, max(5, np.unique(values).size)))
     ax.hist(values, bins=bins, color="#54aeff", edgecolor="white")
     mean = float(values.mean())
@@ -182,10 +177,9 @@ def gsb_plot(pairs: Sequence[PairComparison]) -> bytes | None:
         bars.append((label, good, same, bad, number(row, "gsb_delta")))
     if not bars:
         return None
-    plt = _pyplot()
     from matplotlib.ticker import PercentFormatter
 
-    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.7 * len(bars)))
+    fig, ax = _figure((8, 1.4 + 0.7 * len(bars)))
     for y, (_, good, same, bad, delta) in enumerate(bars):
         total = good + same + bad
         left = 0.0
@@ -254,8 +248,7 @@ def tuning_plot(models: dict[str, Any], objective: str, maximize: bool) -> bytes
     series = {n: s for n, s in series.items() if any(v is not None for _, v in s)}
     if not series:
         return None
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    fig, ax = _figure((8, 3.6))
     for name, points in series.items():
         points = sorted(points)
         x = [n for n, _ in points]
