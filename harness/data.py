@@ -634,6 +634,7 @@ def _normalize_ids(s: pd.Series, source: str, label: str) -> tuple[pd.Series, Id
         return s.astype(str), None
     # text: one hash of the column (none for a categorical), then the string work on its
     # distinct values only
+    s = _one_chunk(s)
     codes, text, unchanged = _distinct_text(s)
     integral = text.str.fullmatch(_INTEGRAL_TEXT).to_numpy(dtype=bool)
     if integral.all():
@@ -669,6 +670,20 @@ def _distinct_text(s: pd.Series) -> tuple[np.ndarray, pd.Series, bool]:
         remap[used] = np.arange(len(used))
         codes, categories = remap[codes], categories[used]
     return codes, pd.Series(categories, copy=False).astype(str).str.strip(), False
+
+
+def _one_chunk(s: pd.Series) -> pd.Series:
+    """An Arrow-backed text column as one contiguous Arrow array (Parquet gives a chunk per
+    page or row group): selecting rows (the split's parts) from one array is several times
+    cheaper than from many chunks, and encoding it needs it contiguous anyway."""
+    data = _arrow_text(s)
+    if data is None or data.num_chunks <= 1:
+        return s
+    try:
+        whole = pa.chunked_array([data.combine_chunks()], type=data.type)
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):  # offsets would overflow: keep the chunks
+        return s
+    return pd.Series(pd.array(whole, dtype=s.dtype), index=s.index, name=s.name, copy=False)
 
 
 def _factorize_text(s: pd.Series) -> tuple[np.ndarray, pd.Series]:

@@ -392,11 +392,24 @@ def _rows_of(df: pd.DataFrame, split: Split) -> Split:
     def rows(part: pd.DataFrame | None) -> pd.DataFrame | None:
         if part is None:
             return None
-        out = df.iloc[part.index.to_numpy()]
-        for name in (USER, ITEM):  # the view's codes, for models, comparison and digests
-            if name in part.columns and isinstance(part[name].dtype, pd.CategoricalDtype):
-                ids = part[name].array
-                remember_codes(out[name], ids.codes, ids.categories)  # type: ignore[attr-defined]
+        pos = part.index.to_numpy()
+        coded = [
+            name
+            for name in (USER, ITEM)
+            if name in part.columns and isinstance(part[name].dtype, pd.CategoricalDtype)
+        ]
+        if list(part.columns) != list(df.columns) or any(
+            part[c].dtype != df[c].dtype for c in part.columns if c not in coded
+        ):
+            out = df.iloc[pos]
+        else:  # the view's other columns already are these rows: only the ids are taken again
+            columns = {
+                c: df[c].array.take(pos) if c in coded else part[c].array for c in part.columns
+            }
+            out = pd.DataFrame(columns, index=df.index[pos], copy=False)
+        for name in coded:  # the view's codes, for models, comparison and digests
+            ids = part[name].array
+            remember_codes(out[name], ids.codes, ids.categories)  # type: ignore[attr-defined]
         return out
 
     return replace(split, train=rows(split.train), test=rows(split.test), valid=rows(split.valid))
