@@ -28,11 +28,8 @@ import argparse
 import contextlib
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -41,72 +38,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _measure import print_table  # noqa: E402
+from _measure import Workers, descendants, is_java, print_table, proc_status, run_cell  # noqa: E402
 from bench_metrics import CANDIDATES, METRICS, _int_data  # noqa: E402
 
 MB = 2**20
 K = 10
 CHUNK_USERS = 50_000
-
-
-def _status(pid: int | str, field: str) -> int:
-    """A /proc/<pid>/status field in bytes (0 if the process is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0
-
-
-def _descendants(pid: int) -> list[int]:
-    tree: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        tree.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in tree.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _is_java(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
-    except OSError:
-        return False
-
-
-class _Workers:
-    """Peak summed RSS of the processes the JVM forked (Python workers), sampled."""
-
-    def __init__(self, jvm: int | None, interval: float = 0.5):
-        self.jvm, self.interval, self.peak = jvm, interval, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        procs: list[int] = []
-        scanned = 0.0
-        while not self._stop.is_set() and self.jvm:
-            if time.monotonic() - scanned > 2.0:
-                procs, scanned = _descendants(self.jvm), time.monotonic()
-            self.peak = max(self.peak, sum(_status(p, "VmRSS") for p in procs))
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> _Workers:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def write_data(folder: Path, n_users: int, seed: int = 0) -> None:
@@ -148,7 +85,7 @@ def cell_spark(folder: Path, driver_memory: str, partitions: int) -> dict[str, o
     from harness.spark import evaluate_spark, spark_session, topk_spark
     from harness.spark.compare import compare_spark
 
-    base_rss = _status("self", "VmRSS")
+    base_rss = proc_status("self", "VmRSS")
     t0 = time.perf_counter()
     spark = spark_session(
         "local[2]",
@@ -158,13 +95,13 @@ def cell_spark(folder: Path, driver_memory: str, partitions: int) -> dict[str, o
         },
     )
     jvm_start = time.perf_counter() - t0
-    jvm = next((p for p in _descendants(os.getpid()) if _is_java(p)), None)
+    jvm = next((p for p in descendants(os.getpid()) if is_java(p)), None)
     run = spark.read.parquet(str(folder / "run.parquet"))
     qrels = spark.read.parquet(str(folder / "qrels.parquet"))
     stages: dict[str, float] = {}
     summaries: dict[str, dict[str, float]] = {}
     tables = {}
-    with _Workers(jvm) as workers:
+    with Workers(jvm) as workers:
         for model in ("a", "b"):
             t0 = time.perf_counter()
             scored = run.select("user", "item", run[f"score_{model}"].alias("score"))
@@ -188,9 +125,10 @@ def cell_spark(folder: Path, driver_memory: str, partitions: int) -> dict[str, o
         "jvm_start": jvm_start,
         "stages": stages,
         "users": users,
-        "driver_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "driver_growth_mb": (_status("self", "VmHWM") - base_rss) / MB,
-        "jvm_peak_mb": _status(jvm, "VmHWM") / MB if jvm else float("nan"),
+        # VmHWM, not ru_maxrss: the latter keeps the parent's peak across fork and exec
+        "driver_peak_mb": proc_status("self", "VmHWM") / MB,
+        "driver_growth_mb": (proc_status("self", "VmHWM") - base_rss) / MB,
+        "jvm_peak_mb": proc_status(jvm, "VmHWM") / MB if jvm else float("nan"),
         "workers_peak_mb": workers.peak / MB,
         "summary": summaries["b"],
         "table": pair.table.drop(columns=["method"]).to_dict("list"),
@@ -234,22 +172,14 @@ def cell_numpy(folder: Path) -> dict[str, object]:
         "read": read,
         "metrics": metrics_s,
         "comparison": time.perf_counter() - t0,
-        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_mb": proc_status("self", "VmHWM") / MB,
         "summary": evs["b"].summary,
         "table": pair.table.drop(columns=["method"]).to_dict("list"),
     }
 
 
 def measure(args: list[str], timeout: float) -> dict[str, object]:
-    cmd = [sys.executable, __file__, "--cell", *args]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {timeout:.0f} s"}
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
-        return {"error": f"exit {proc.returncode}: {tail[:120]}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_cell(__file__, args, timeout)
 
 
 def _largest_gap(x: dict[str, list], y: dict[str, list]) -> float:
