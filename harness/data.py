@@ -166,7 +166,9 @@ def id_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
     if used.all():
         return codes.astype(np.int64), categories
     rank = np.cumsum(used, dtype=np.int64) - 1
-    return rank[codes], categories[used]
+    codes, categories = rank[codes], categories[used]
+    remember_codes(column, codes, categories)  # the next call: these, no recount
+    return codes, categories
 
 
 def load_interactions(

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import metrics
+from harness.data import _arrow_text, id_codes
 from metrics.judged import Judged, gain_of
 from metrics.options import Options, resolve_options
 from metrics.registry import MetricSpec
@@ -86,6 +87,9 @@ def _sorted_users(column: pd.Series) -> tuple[pd.Index, np.ndarray]:
     if pd.api.types.is_integer_dtype(column.dtype):
         users, pos = np.unique(column.to_numpy(dtype=np.int64), return_inverse=True)
         return pd.Index(users, name="user"), pos.astype(np.int64)
+    if _arrow_text(column) is not None:  # sorted codes, those the split noted when it has
+        codes, uniques = id_codes(column)
+        return pd.Index(uniques.array, name="user"), codes.astype(np.int64, copy=False)
     codes, uniques = pd.factorize(column)
     text = pa.array(pd.Index(uniques).astype(str)).cast(pa.large_string())
     order = pc.sort_indices(text).to_numpy()
@@ -97,7 +101,9 @@ def _sorted_users(column: pd.Series) -> tuple[pd.Index, np.ndarray]:
 
 def _truth(qrels: pd.DataFrame, bucket_of: pd.Series) -> _Truth:
     users, user = _sorted_users(qrels["user"])
-    item, items = pd.factorize(qrels["item"])
+    item, items = (id_codes if _arrow_text(qrels["item"]) is not None else pd.factorize)(
+        qrels["item"]
+    )
     of_item = bucket_of.reindex(items).fillna("tail").to_numpy()
     bucket_codes = np.select([of_item == b for b in BUCKETS], np.arange(len(BUCKETS)), 2)
     order = np.argsort(user, kind="stable")
@@ -136,8 +142,12 @@ def _item_codes(values: pd.Series, index: pd.Index) -> np.ndarray:
                 table[keys - lo] = np.arange(len(keys))
                 return table[v - lo]
         return index.get_indexer(v).astype(np.int64)
-    codes, uniques = pd.factorize(values.astype(index.dtype) if len(index) else values)
-    at = np.append(index.get_indexer(uniques).astype(np.int64), -1)
+    if not len(index):
+        return np.full(len(values), -1, dtype=np.int64)
+    # distinct values first (Python strings hash once, cached), then only those converted to
+    # the index's type: converting every row of an object column to text costs far more
+    codes, uniques = pd.factorize(values)
+    at = np.append(index.get_indexer(pd.Index(uniques).astype(index.dtype)).astype(np.int64), -1)
     return at[codes]  # code -1 (missing id) picks the appended -1
 
 

@@ -33,6 +33,7 @@ padding.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, Protocol, Self, runtime_checkable
@@ -247,10 +248,8 @@ class BaseRecommender:
             raise ValueError("training frame is empty (0 rows)")
         ucodes, user_ids = id_codes(train[USER])  # text ids: the split's codes, not rehashed
         icodes, item_ids = id_codes(train[ITEM])
-        self.user_ids_ = _id_array(user_ids)
-        self.item_ids_ = _id_array(item_ids)
-        self._user_index = pd.Index(self.user_ids_)
-        self._item_index = pd.Index(self.item_ids_)
+        self.user_ids_, self._user_index = _ids_and_index(user_ids)
+        self.item_ids_, self._item_index = _ids_and_index(item_ids)
         shape = (len(self.user_ids_), len(self.item_ids_))
         matrix = sp.csr_matrix(
             (np.ones(len(train), dtype=np.float64), (ucodes, icodes)), shape=shape
@@ -474,6 +473,31 @@ def _all_finite(block: np.ndarray) -> bool:
     with np.errstate(over="ignore", invalid="ignore"):
         total = block.sum()
     return bool(np.isfinite(total)) or bool(np.isfinite(block.max()) and np.isfinite(block.min()))
+
+
+# Text ids' object arrays and lookup indexes, shared by the models fitted on the same training
+# ids (``id_codes`` gives them the same categories object): converting a million ids to Python
+# strings and hashing them for the lookup is then done once per run, not once per model. Keyed by
+# the identity of the categories; an entry goes when they are freed.
+_SHARED_IDS: dict[int, tuple[weakref.ref[pd.Index], np.ndarray, pd.Index]] = {}
+
+
+def _ids_and_index(uniques: pd.Index) -> tuple[np.ndarray, pd.Index]:
+    """``_id_array(uniques)`` and a ``pd.Index`` of it; for text ids the same two objects for
+    every model fitted on the same ``uniques`` (read-only: the models never change them)."""
+    if pd.api.types.is_integer_dtype(uniques.dtype):
+        ids = _id_array(uniques)
+        return ids, pd.Index(ids)
+    key = id(uniques)
+    entry = _SHARED_IDS.get(key)
+    if entry is not None and entry[0]() is uniques:
+        return entry[1], entry[2]
+    ids = _id_array(uniques)
+    ids.flags.writeable = False
+    index = pd.Index(ids)
+    _SHARED_IDS[key] = (weakref.ref(uniques), ids, index)
+    weakref.finalize(uniques, _SHARED_IDS.pop, key, None)
+    return ids, index
 
 
 def _id_array(uniques: pd.Index | np.ndarray) -> np.ndarray:
