@@ -250,12 +250,12 @@ def candidate_stats(spec: CandidateSpec, rows: int, users: int) -> dict[str, Any
 
 
 def _cached_sample(spec: CandidateSpec, split: Split, cache_dir: Path | None) -> pd.DataFrame:
-    from harness.split import data_hash
+    from harness.split import part_digest
 
     payload = json.dumps(
         {
-            "train": data_hash(split.train),
-            "test": data_hash(split.test),
+            "train": part_digest(split, "train"),  # the same digests the run logs: hashed once
+            "test": part_digest(split, "test"),
             "n": spec.n_negatives,
             "sampling": spec.sampling,
             "seed": spec.seed,

@@ -23,7 +23,7 @@ from harness.compare import PairComparison
 from harness.experiment import ExperimentResult
 from harness.folders import COMPLETE, INCOMPLETE, checkpoint
 from harness.gate import GateDecision
-from harness.split import data_hash
+from harness.split import part_digest
 from harness.tracking import Tracker, flatten, git_state, metric_key
 
 __all__ = [
@@ -221,7 +221,7 @@ def plan(
         {
             "name": f"{result.dataset.name}-{context}",
             "context": context,
-            "digest": data_hash(part),
+            "digest": part_digest(result.split, "train" if context == "training" else "test"),
             "source": source_path,
             **describe_frame(part),
         }

@@ -38,6 +38,7 @@ import json
 import os
 import shutil
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -63,6 +64,7 @@ __all__ = [
     "load_or_make_split",
     "make_split",
     "occurrence",
+    "part_digest",
     "random_order",
     "random_split",
     "save_split",
@@ -439,6 +441,22 @@ def data_hash(df: pd.DataFrame, coded: Mapping[str, IdCodes] | None = None) -> s
     view = df.assign(**columns) if columns else df
     h.update(pd.util.hash_pandas_object(view, index=True).to_numpy().tobytes())
     return h.hexdigest()
+
+
+_PART_DIGESTS: weakref.WeakKeyDictionary[Split, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def part_digest(split: Split, part: str) -> str:
+    """:func:`data_hash` of ``split``'s ``train``, ``test`` or ``valid`` frame, computed once per
+    split object: the sampled candidates' cache key and the logged dataset inputs need the same
+    digests (a split's frames are not changed once made)."""
+    digests = _PART_DIGESTS.setdefault(split, {})
+    if part not in digests:
+        frame = getattr(split, part)
+        if frame is None:
+            raise ValueError(f"the split has no {part!r} part")
+        digests[part] = data_hash(frame)
+    return digests[part]
 
 
 def split_cache_key(

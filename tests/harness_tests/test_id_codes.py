@@ -219,3 +219,149 @@ def test_distinct_counts_from_split_stats_are_nunique() -> None:
         part = frame.iloc[:10]  # not the split's input: counted, not read from the stats
         assert input_distinct(part, column, split.stats) == part[column].nunique()
     assert input_distinct(frame.drop(columns="item"), "item", split.stats) is None
+
+
+# ----------------------------------------------------------- loading, split parts, buckets, digests
+
+
+def _plain_parquet(frame: pd.DataFrame, path) -> None:
+    """Text ids as plain (not dictionary) pages in many row groups: read back in many chunks."""
+    frame.to_parquet(path, index=False, use_dictionary=False, row_group_size=97)
+
+
+def test_text_ids_read_in_many_chunks_load_as_one_array_with_first_seen_codes(tmp_path) -> None:
+    ints = _ints().sample(frac=1.0, random_state=4).reset_index(drop=True)  # first seen != order
+    text = _text(ints)
+    _plain_parquet(text, tmp_path / "events.parquet")
+    frame, coded = data.load_interactions_coded(tmp_path / "events.parquet")
+    pd.testing.assert_frame_equal(frame, validate_interactions(_fresh(text), source="frame"))
+    for name in ("user", "item"):
+        assert frame[name].array.__arrow_array__().num_chunks == 1, name
+        codes, uniques = pd.factorize(text[name].to_numpy(dtype=object), sort=False)
+        np.testing.assert_array_equal(coded[name].codes, codes)
+        assert coded[name].uniques.tolist() == list(uniques)
+
+
+def test_the_number_test_is_pythons_for_ascii_and_other_scripts_digits() -> None:
+    import re
+
+    values = ["12", "+1.", "-3.50", "a1", "١٢", "١٢.0", "1\n", "1.2", "", " 1", "+-1", ".5", "5."]
+    want = [re.fullmatch(data._NUMBER_TEXT, v) is not None for v in values]
+    for dtype in ("str", pd.StringDtype("python")):
+        got = data._number_text(pd.Series(values, dtype=dtype))
+        assert got.tolist() == want, dtype
+    # ids differing only in number formatting are refused in either script, named in row order
+    for a, b in (("70", "+70.0"), ("١٢", "١٢.0")):
+        frame = pd.DataFrame(
+            {"user": ["x", a, "y", b], "item": [1, 2, 3, 4], "timestamp": [1, 2, 3, 4]}
+        )
+        with pytest.raises(
+            data.DataError, match=rf"{a!r} at row 1 and {re.escape(repr(b))} at row 3"
+        ):
+            validate_interactions(frame.astype({"user": "str"}), source="frame")
+
+
+@pytest.mark.parametrize("method", ["global_time", "leave_one_out", "user_time", "random"])
+def test_text_split_parts_are_the_integer_parts_rows(method, tmp_path) -> None:
+    """The parts of the split on text ids (loaded from many chunks) are the integer split's rows:
+    same index labels, order, values and dtypes, ids written as text."""
+    params = {"global_time": {"cut": 0.7}, "random": {"seed": 2}}.get(method, {})
+    ints = _ints()
+    _plain_parquet(_text(ints), tmp_path / "events.parquet")
+    frame, coded = data.load_interactions_coded(tmp_path / "events.parquet")
+    from harness.split import _make_split
+
+    got = _make_split(frame, method, params, coded)
+    if method == "random":  # draws hash the ids' values: the reference is text ids as objects
+        objects = _text(ints).astype({"user": object, "item": object})
+        want = make_split(objects, method, **params)
+        expected = {
+            p: getattr(want, p).astype({"user": "str", "item": "str"}) for p in ("train", "test")
+        }
+    else:
+        want = make_split(ints, method, **params)
+        expected = {p: _text(getattr(want, p)) for p in ("train", "test")}
+    for part in ("train", "test"):
+        pd.testing.assert_frame_equal(getattr(got, part), expected[part], check_exact=True)
+        g = getattr(got, part)
+        assert known_codes(g["user"]) is not None and known_codes(g["item"]) is not None
+    assert got.stats == want.stats
+
+
+def test_models_on_one_training_frame_share_one_read_only_id_index(splits) -> None:
+    train = splits["str"].train
+    a, b = PopularityModel().fit(train), ImplicitItemCosine(k_neighbors=5).fit(train)
+    assert a.user_ids_ is b.user_ids_ and a._user_index is b._user_index
+    assert not a.user_ids_.flags.writeable
+    fresh = PopularityModel().fit(_fresh(train))  # other Arrow data: its own arrays, same ids
+    assert fresh.user_ids_ is not a.user_ids_
+    assert fresh.user_ids_.tolist() == sorted(pd.unique(train["user"].to_numpy(dtype=object)))
+    users = np.unique(splits["str"].test["user"].to_numpy(dtype=object))
+    for model in (a, fresh):
+        ids, scores = model.recommend(users, 7)
+        want_ids, want_scores = (
+            PopularityModel()
+            .fit(splits["int"].train)
+            .recommend(np.array([int(u[1:]) for u in users]), 7)
+        )
+        np.testing.assert_array_equal(scores, want_scores)
+        assert ids.tolist() == [[f"i{v:04d}" for v in row] for row in want_ids]
+
+
+def test_item_buckets_on_coded_text_ids_are_the_integer_buckets(splits) -> None:
+    """Buckets from the split's codes (qrels) and object ids (lists, as the harness makes
+    them) give the integer-id numbers, by the engine path on integer ids as reference."""
+    from harness.compare.buckets import bucket_tables, bucket_tables_by_engine
+
+    suite = MetricSuite(k=5, names=("ndcg@5", "recall@5", "mrr@5"))
+    names = list(suite.names)
+    recs = {}
+    for kind in ("int", "str"):
+        split = splits[kind]
+        users = np.unique(split.test["user"].to_numpy(dtype=object if kind == "str" else None))
+        pair = []
+        for model in (PopularityModel(), ImplicitItemCosine(k_neighbors=5, num_threads=1)):
+            ids, _ = model.fit(split.train).recommend(users, 5)
+            pair.append(
+                pd.DataFrame(
+                    {
+                        "user": np.repeat(users, 5),
+                        "rank": np.tile(np.arange(1, 6), len(users)),
+                        "item": ids.ravel(),
+                    }
+                )
+            )
+        recs[kind] = tuple(pair)
+    counts = splits["int"].train["item"].value_counts()
+    bucket_of = pd.Series(
+        np.where(counts.rank(ascending=False, method="first") <= 5, "head", "tail"),
+        index=counts.index,
+    )
+    text_bucket = bucket_of.set_axis([f"i{v:04d}" for v in bucket_of.index])
+    qrels_int = qrels_from_test(splits["int"].test, suite)
+    qrels_txt = qrels_from_test(splits["str"].test, suite)
+    want = bucket_tables_by_engine(qrels_int, recs["int"], names, bucket_of, {})
+    got = bucket_tables(qrels_txt, recs["str"], names, text_bucket, {})
+    for bucket in ("head", "mid", "tail"):
+        for g, w in zip(got[bucket], want[bucket], strict=True):
+            w = w.set_axis([f"u{v:04d}" for v in w.index])
+            np.testing.assert_array_equal(g.index.to_numpy(dtype=object), w.index.to_numpy())
+            np.testing.assert_allclose(g.to_numpy(), w.to_numpy(), rtol=0, atol=1e-12)
+
+
+def test_part_digests_are_the_plain_digests_and_computed_once(splits) -> None:
+    from harness.split import _PART_DIGESTS, part_digest
+
+    split = splits["str"]
+    for part in ("train", "test"):
+        frame = getattr(split, part)
+        plain = frame.astype({"user": object, "item": object}).astype(
+            {"user": "str", "item": "str"}
+        )
+        assert part_digest(split, part) == data_hash(plain)
+    assert set(_PART_DIGESTS[split]) == {"train", "test"}
+    _PART_DIGESTS[split]["train"] = "noted"  # the noted value is what later calls return
+    assert part_digest(split, "train") == "noted"
+    del _PART_DIGESTS[split]["train"]
+    with pytest.raises(ValueError, match="no 'valid' part"):
+        part_digest(split, "valid")
