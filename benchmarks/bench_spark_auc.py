@@ -223,6 +223,27 @@ def same_counts(folder: Path, spark_name: str, numpy_name: str) -> str:
     return f"per-user {'differ on ' + ','.join(bad) if bad else 'equal'} ({len(a):,} users)"
 
 
+def pooled_reference(folder: Path, events: int) -> float:
+    """Popularity's pooled wins over all test users written out in numpy, independently of the
+    Spark and in-process code: the negatives of every user are the catalog minus their seen and
+    relevant items, so their score histogram is ``users x catalog - seen - relevant``."""
+    train = pd.read_parquet(folder / f"train-{events}.parquet").drop_duplicates()
+    test = pd.read_parquet(folder / f"test-{events}.parquet").drop_duplicates()
+    popularity = train.groupby("item")["user"].size()
+    users = test["user"].unique()
+    seen = train[train["user"].isin(users)]
+    rel = test[test["item"].isin(popularity.index)].merge(seen, how="left", indicator=True)
+    rel = rel[rel["_merge"] == "left_only"]
+    width = int(popularity.max()) + 1
+    count = np.bincount(popularity.to_numpy(), minlength=width).astype(np.int64)
+    neg = users.size * count
+    neg -= np.bincount(popularity.loc[seen["item"]].to_numpy(), minlength=width)
+    neg -= np.bincount(popularity.loc[rel["item"]].to_numpy(), minlength=width)
+    below = np.cumsum(neg) - neg
+    s = popularity.loc[rel["item"]].to_numpy()
+    return sum(int(v) for v in 2 * below[s] + neg[s]) / 2
+
+
 def _cell(args: list[str], timeout: float) -> dict[str, Any]:
     load0 = os.getloadavg()[0]
     out = run_cell(__file__, args, timeout)
@@ -243,6 +264,7 @@ def main() -> None:
     p.add_argument("--numpy-timeout", type=float, default=600, help="seconds per in-process cell")
     p.add_argument("--subset", type=int, default=20_000, help="users of the subset check")
     p.add_argument("--folder", type=Path, help="keep the data here (default: a temp dir)")
+    p.add_argument("--json", type=Path, help="also write the table rows here")
     p.add_argument("--cell", nargs="+", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.cell:
@@ -275,6 +297,8 @@ def main() -> None:
                 sp = _cell([*cell, *opts], args.timeout)
                 print(f"{label} {name}: numpy {ref}\nspark {sp}", file=sys.stderr, flush=True)
                 rows += _rows(label, name, kind, folder, events, ref, sp, args, subset)
+                if args.json:
+                    args.json.write_text(json.dumps(rows, indent=1))
     print_table(
         (
             "data",
@@ -311,7 +335,9 @@ def _rows(
     """The table rows of one model at one size: in-process, then Spark with the checks."""
     rows: list[tuple[Any, ...]] = []
     if "error" in ref:
-        rows.append((label, f"{name}, in-process", "", ref["error"], "", "", "", "", ""))
+        rows.append(
+            (label, f"{name}, in-process", "", ref["error"], *[""] * 4, f"{ref['load']:.1f}", "")
+        )
     else:
         rows.append(
             (
@@ -321,7 +347,7 @@ def _rows(
             )
         )  # fmt: skip
     if "error" in sp:
-        rows.append((label, f"{name}, spark", "", sp["error"], "", "", "", "", ""))
+        rows.append((label, f"{name}, spark", "", sp["error"], *[""] * 4, f"{sp['load']:.1f}", ""))
         return rows
     st = sp["stages"]
     calls = sp["driver_calls"]
@@ -337,7 +363,11 @@ def _rows(
         same = same_counts(folder, f"spark-{kind}-{events}", f"numpy-{kind}-{events}.parquet")
         pooled = "equal" if sp["pooled"] == ref["pooled"] else f"{sp['pooled']} vs {ref['pooled']}"
         notes.append(f"{same}; pooled wins {pooled}")
-    elif subset:
+    if kind == "pop":
+        ref_pooled = pooled_reference(folder, events)
+        same = "equal" if sp["pooled"] == ref_pooled else f"{sp['pooled']} vs {ref_pooled}"
+        notes.append(f"pooled wins vs a numpy histogram count: {same}")
+    if "error" in ref and subset:
         sub = _cell(["numpy", kind, str(folder), str(events), str(subset)], args.numpy_timeout)
         if "error" in sub:
             notes.append(f"subset check: {sub['error']}")
