@@ -34,8 +34,9 @@ def _loaded_after(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("module", ["harness.cli", "harness.compare.__main__", "metrics"])
+@pytest.mark.parametrize("module", ["harness.cli", "harness.compare.__main__"])
 def test_import_loads_no_heavy_library(module: str) -> None:
+    """harness.cli imports the metric library too, so this covers ``import metrics``."""
     assert _loaded_after(f"import {module}") == []
 
 
