@@ -16,7 +16,9 @@ from support import (
     SPARK_CONF_DIR,
     HarnessCli,
     MlflowServer,
+    QuickRun,
     every_metric_names,
+    shared_quick_run,
     spark_missing,
 )
 
@@ -28,6 +30,16 @@ collect_ignore_glob = ["metrics_tests/reference/make_*.py"]
 @pytest.fixture(scope="session")
 def harness_cli() -> HarnessCli:
     return HarnessCli()
+
+
+@pytest.fixture(scope="session")
+def quick_run(harness_cli: HarnessCli, tmp_path_factory: pytest.TempPathFactory) -> QuickRun:
+    """The default ``python -m harness experiment=quick`` run (MLflow in a sqlite store under
+    ``cwd/runs``), made once per test session and shared by the tests that only read it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # shared by the session's workers (each has its own basetemp below)
+    return shared_quick_run(harness_cli, base)
 
 
 @pytest.fixture

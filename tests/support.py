@@ -120,6 +120,41 @@ class HarnessCli:
         )
 
 
+@dataclass(frozen=True)
+class QuickRun:
+    """The finished default quick run (``python -m harness experiment=quick``, output to pipes,
+    MLflow to a sqlite store under ``cwd/runs``): read it, never write into ``cwd`` (copy it)."""
+
+    proc: subprocess.CompletedProcess[str]
+    cwd: Path
+    folder: Path  # the results folder (absolute)
+
+
+def shared_quick_run(cli: HarnessCli, base: Path) -> QuickRun:
+    """Run the default quick run once in ``base/quick-run``, or wait for and read the run that
+    another process (an xdist worker of the same session) made there: one run for every test
+    that needs it. ``base`` must be private to this pytest session."""
+    import fcntl
+    import json
+
+    cwd = base / "quick-run"
+    saved = base / "quick-run.json"
+    with (base / "quick-run.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not saved.exists():
+            proc = cli.run(cwd, "experiment=quick", timeout=600)
+            done = {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+            saved.write_text(json.dumps(done))
+        done = json.loads(saved.read_text())
+    proc = subprocess.CompletedProcess(
+        [], done["returncode"], stdout=done["stdout"], stderr=done["stderr"]
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = re.search(r"^results: (.+)$", proc.stdout, re.M)
+    assert found, proc.stdout[-3000:]
+    return QuickRun(proc, cwd, cwd / found.group(1).strip())
+
+
 # ------------------------------------------------------------------- a real mlflow server
 
 

@@ -4,24 +4,27 @@ run or a binary labels file; the main run's table, verdict and report otherwise;
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from support import HarnessCli
+from support import HarnessCli, QuickRun
 
 pytestmark = pytest.mark.slow
 CLI = HarnessCli()
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """One quick run (popularity, item_knn, random) logged to a sqlite store in a tmp folder."""
+def store(tmp_path_factory: pytest.TempPathFactory, quick_run: QuickRun) -> dict[str, object]:
+    """The shared quick run (popularity, item_knn, random) and its sqlite store, copied to a tmp
+    folder: the comparisons here log runs and write files, which the run's other readers must
+    not see."""
     from mlflow import MlflowClient
 
-    cwd = tmp_path_factory.mktemp("compare-cli")
-    done = CLI.run(cwd, quick=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    cwd = tmp_path_factory.mktemp("compare-cli") / "run"
+    shutil.copytree(quick_run.cwd, cwd)
+    done = quick_run.proc
     client = MlflowClient(f"sqlite:///{cwd}/runs/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("offline-eval").experiment_id])
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)

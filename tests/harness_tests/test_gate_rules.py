@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from support import QuickRun
 
 from harness.compare import PairComparison
 from harness.gate import (
@@ -413,8 +414,8 @@ def test_empty_cold_segment_is_inconclusive_not_go(harness, tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_default_run_gates_only_the_candidates(harness, tmp_path: Path) -> None:
-    proc = harness(tmp_path)  # random, popularity, item_knn; baseline popularity
+def test_default_run_gates_only_the_candidates(quick_run: QuickRun) -> None:
+    proc = quick_run.proc  # random, popularity, item_knn; baseline popularity
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     random_head = next(x for x in out.splitlines() if x.startswith("random vs popularity"))
@@ -423,13 +424,13 @@ def test_default_run_gates_only_the_candidates(harness, tmp_path: Path) -> None:
     assert len(gates) == 1  # item_knn only
     overall = re.search(r"^overall gate decision: (\w+)$", out, flags=re.MULTILINE).group(1)
     assert overall == gates[0]
-    summary = pd.read_csv(next(tmp_path.rglob("summary.csv")), index_col=0)
+    summary = pd.read_csv(quick_run.folder / "summary.csv", index_col=0)
     best = summary["ndcg@10"].idxmax()  # independent of the verdict code: pandas on the CSV
     assert (
         f"verdict: {best} is best on ndcg@10 ({summary.loc[best, 'ndcg@10']:.4f}); "
         f"item_knn {gates[0]}; overall {overall} (random: sanity baseline, not gated)"
     ) in out.splitlines()
-    report = next(tmp_path.rglob("report.md")).read_text()
+    report = (quick_run.folder / "report.md").read_text()
     assert f"item_knn {gates[0]}; overall {overall}" in report
 
 
@@ -477,9 +478,11 @@ def test_split_that_drops_most_test_users_warns_with_counts(harness, tmp_path: P
     assert expected in proc.stderr
     report = next(tmp_path.rglob("report.md")).read_text()
     assert expected.removeprefix("WARNING: ") in report
-    # the threshold is configurable: above both shares, no warning
+    # the threshold is configurable: above both shares, no warning (the same split; one model
+    # and no comparison, which the warning does not depend on)
     (tmp_path / "quiet").mkdir()
-    quiet = harness(tmp_path / "quiet", *overrides, "warn_dropped_share=0.99")
+    cheap = ("model=[popularity]", "compare=none", "gate=none")
+    quiet = harness(tmp_path / "quiet", *overrides, *cheap, "warn_dropped_share=0.99")
     assert quiet.returncode == 0 and "WARNING: the split dropped" not in quiet.stderr
 
 

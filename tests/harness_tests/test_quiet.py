@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import LOG_LINE
+from support import LOG_LINE, QuickRun
 
 from harness.progress import Stages
 
@@ -50,10 +50,10 @@ def test_stage_table_lists_steps_in_order_with_a_total() -> None:
 
 @pytest.mark.slow
 def test_default_run_is_quiet_shows_steps_and_is_readable_in_mlflow(
-    harness_cli, tmp_path: Path
+    quick_run: QuickRun, tmp_path: Path
 ) -> None:
-    # output to pipes (not a terminal), a fresh store in tmp_path, no MLFLOW_LOGGING_LEVEL
-    done = harness_cli.run(tmp_path, "experiment=quick", timeout=600)
+    # output to pipes (not a terminal), a fresh store in its folder, no MLFLOW_LOGGING_LEVEL
+    done, cwd = quick_run.proc, quick_run.cwd
     assert done.returncode == 0, done.stderr
     output = done.stdout + done.stderr
     noisy = [line for line in output.splitlines() if LOG_LINE.search(line)]
@@ -65,13 +65,13 @@ def test_default_run_is_quiet_shows_steps_and_is_readable_in_mlflow(
     rows = _stage_rows(done.stdout)
     assert set(STAGES) <= set(rows), rows
     assert {"item_knn fit", "item_knn rank", "item_knn metrics"} <= set(rows)
-    folder = tmp_path / re.search(r"^results: (.+)$", done.stdout, re.M).group(1).strip()
+    folder = cwd / re.search(r"^results: (.+)$", done.stdout, re.M).group(1).strip()
     saved = json.loads((folder / "stages.json").read_text())
     assert [r["stage"] for r in saved["stages"]] == [s for s in rows if s != "total"]
 
     from mlflow import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
+    client = MlflowClient(f"sqlite:///{cwd}/runs/mlflow.db")
     exp = client.get_experiment_by_name("offline-eval")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     # the printed link opens the runs table with the shared view the harness saved

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from support import QuickRun
 
 from harness import synthetic
 from harness.compare import CompareSpec, PairComparison, compare_pair, segment_data
@@ -612,31 +613,15 @@ def iso_date(seconds: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """``python -m harness experiment=quick tracking=none`` in a tmp folder, and what it wrote."""
+def quick(quick_run: QuickRun) -> dict[str, Any]:
+    """What the shared ``python -m harness experiment=quick`` run printed and wrote."""
     import json
-    import sys
 
-    root = tmp_path_factory.mktemp("quick")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "experiment=quick",
-            "tracking=none",
-            f"runs_dir={root / 'runs'}",
-            "progress=false",
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = quick_run.proc
     assert proc.returncode == 0, proc.stderr[-2000:]
-    html_path = Path(re.findall(r"^report:\s+(\S+)$", proc.stdout, re.MULTILINE)[-1])
+    html_path = quick_run.cwd / re.findall(r"^report:\s+(\S+)$", proc.stdout, re.MULTILINE)[-1]
     folder = html_path.parent
+    assert folder == quick_run.folder
     return {
         "stdout": proc.stdout,
         "folder": folder,
@@ -678,18 +663,16 @@ def expected_opening(run: dict[str, Any]) -> dict[str, str]:
 
 
 def test_real_run_opens_with_dataset_split_dropped_users_and_verdict(
-    quick_run: dict[str, Any],
+    quick: dict[str, Any],
 ) -> None:
-    want = expected_opening(quick_run)
-    summary = quick_run["summary"]
+    want = expected_opening(quick)
+    summary = quick["summary"]
     best = str(summary["ndcg@10"].idxmax())  # the gate's primary metric in the default gate
     # each gated candidate's decision, as the terminal printed it
-    decisions = dict(
-        re.findall(r"^(\S+) vs \S+.*\n  gate: (\w+)", quick_run["stdout"], re.MULTILINE)
-    )
+    decisions = dict(re.findall(r"^(\S+) vs \S+.*\n  gate: (\w+)", quick["stdout"], re.MULTILINE))
     assert decisions
-    md_head = markdown_text("\n".join(quick_run["md"].splitlines()[:16]))
-    html_text = visible_text(quick_run["html"])
+    md_head = markdown_text("\n".join(quick["md"].splitlines()[:16]))
+    html_text = visible_text(quick["html"])
     html_head = html_text[: html_text.index("Decision Summary")]  # up to the contents links
     for head in (md_head, html_head):
         assert f"Dataset: synthetic: {want['dataset']}" in head
@@ -703,39 +686,39 @@ def test_real_run_opens_with_dataset_split_dropped_users_and_verdict(
     # the sanity baseline's pair is shown and marked as not gated, in both formats
     assert "random" not in decisions
     assert "random vs popularity (baseline) not gated" in html_text
-    assert "random vs popularity (baseline) ⚪ not gated" in markdown_text(quick_run["md"])
+    assert "random vs popularity (baseline) ⚪ not gated" in markdown_text(quick["md"])
     # no epoch seconds anywhere: every time is a date
     for key in ("cut", "train_time_min", "test_time_max"):
-        seconds = int(quick_run["stats"][key])
-        for text in (quick_run["md"], quick_run["html"]):
+        seconds = int(quick["stats"][key])
+        for text in (quick["md"], quick["html"]):
             assert str(seconds) not in text and f"{seconds:,}" not in text
 
 
-def test_real_run_html_and_markdown_say_the_same_numbers(quick_run: dict[str, Any]) -> None:
-    html_numbers = Counter(NUMBER.findall(visible_text(quick_run["html"])))
-    md_numbers = Counter(NUMBER.findall(markdown_text(quick_run["md"])))
+def test_real_run_html_and_markdown_say_the_same_numbers(quick: dict[str, Any]) -> None:
+    html_numbers = Counter(NUMBER.findall(visible_text(quick["html"])))
+    md_numbers = Counter(NUMBER.findall(markdown_text(quick["md"])))
     assert sum(html_numbers.values()) > 500  # the tables are there
     assert html_numbers == md_numbers
     # and the Markdown's plots are the HTML's plots
-    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", quick_run["md"])
-    embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', quick_run["html"])
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", quick["md"])
+    embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', quick["html"])
     assert len(links) == len(embedded) >= 3
-    on_disk = {(quick_run["folder"] / link).read_bytes() for link in links}
+    on_disk = {(quick["folder"] / link).read_bytes() for link in links}
     assert on_disk == {base64.b64decode(data) for data in embedded}
 
 
 def test_real_run_markdown_renders_to_the_same_tables_and_numbers(
-    quick_run: dict[str, Any],
+    quick: dict[str, Any],
 ) -> None:
     """Through a real CommonMark + tables renderer (markdown-it-py, installed with ranx)."""
     import html as html_lib
 
     markdown_it = pytest.importorskip("markdown_it")
     rendered = (
-        markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(quick_run["md"])
+        markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(quick["md"])
     )
     page = parse_fragment(rendered)
-    report = parse(quick_run["html"])
+    report = parse(quick["html"])
     assert len(page.tables) == len(report.tables) >= 10
     for got, want in zip(page.tables, report.tables, strict=True):
         # every cell, in order; Markdown has no colour, so ▲/▼ stand for better/worse
@@ -749,11 +732,11 @@ def test_real_run_markdown_renders_to_the_same_tables_and_numbers(
     alts = [html_lib.unescape(a) for a in re.findall(r'<img [^>]*alt="([^"]*)"', rendered)]
     assert len(alts) == len(report.images)
     text = visible_text(rendered) + " " + " ".join(alts)  # the HTML shows alt as a caption
-    assert Counter(NUMBER.findall(text)) == Counter(NUMBER.findall(visible_text(quick_run["html"])))
+    assert Counter(NUMBER.findall(text)) == Counter(NUMBER.findall(visible_text(quick["html"])))
 
 
-def test_real_run_html_is_self_contained(quick_run: dict[str, Any]) -> None:
-    html_text = quick_run["html"]
+def test_real_run_html_is_self_contained(quick: dict[str, Any]) -> None:
+    html_text = quick["html"]
     parse(html_text)
     assert "<script" not in html_text and "<link" not in html_text and "<iframe" not in html_text
     assert "@import" not in html_text and "url(" not in html_text
