@@ -484,7 +484,11 @@ def test_diversity_guardrail_end_to_end(harness_cli, tmp_path) -> None:
 
     from harness.synthetic import generate_with_items
 
-    common = ("metrics.names=[ndcg@10,diversity@10,miscalibration@10]", "gate.enforce=true")
+    common = (
+        "metrics.names=[ndcg@10,diversity@10,miscalibration@10]",
+        "gate.enforce=true",
+        "tracking=none",  # nothing here reads MLflow: no store to create and migrate
+    )
     rule = "gate.guardrails=[{{metric: diversity@10, segment: all, margin: {}}}]"
     jobs = {"wide": rule.format(0.5), "tight": rule.format(0.01)}
     with ThreadPoolExecutor(2) as pool:
