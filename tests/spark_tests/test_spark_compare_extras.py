@@ -101,12 +101,16 @@ def test_labels_and_groups_on_spark_equal_in_process(spark_run: Any) -> None:
     groups["group"] = np.array(["x", "y", "z"])[np.arange(len(groups)) % 3]
     groups.to_csv(where / "groups.csv", index=False)
     base = CompareSpec(baseline="popularity", n_resamples=300, gsb_metric="ndcg@5")
-    for user_groups in ("activity", str(where / "groups.csv")):
+    # the user and item-bucket segments once (with the activity groups, which come from the
+    # cold segment); the group file's pass compares all users only: its rows would be the
+    # first pass's, and the item buckets are the costliest Spark step of the comparison
+    for user_groups, segments in (("activity", True), (str(where / "groups.csv"), False)):
         spec = CompareSpec(
             **{
                 **base.__dict__,
                 "human_labels": str(where / "labels.csv"),
                 "user_groups": user_groups,
+                "segments": segments,
             }
         )
         on_spark = compare_result_spark(result, spec)
@@ -117,6 +121,8 @@ def test_labels_and_groups_on_spark_equal_in_process(spark_run: Any) -> None:
         (got,), (want,) = spark_pairs, ref_pairs
         assert isinstance(got, PairComparison)
         assert_same_table(got.table, want.table)
+        segmented = {"cold", "heavy", "items:head", "items:tail"} <= set(got.table["segment"])
+        assert segmented == segments, set(got.table["segment"])
         assert got.notes == want.notes  # the group-gap note, word for word
         assert any(n.startswith("user-group gap of ndcg@5 (") for n in got.notes), got.notes
 
