@@ -60,17 +60,32 @@ def both_splits(spark: Any, frame: pd.DataFrame) -> tuple[Any, Any, Any]:
     return df, sp, make_split(frame, "leave_one_out")
 
 
+@pytest.fixture(scope="module")
+def shared(spark: Any) -> Any:
+    """``shared(text)``: the events of one id kind, their Spark frame and both splits, built
+    once for the module (the Spark split's aggregate jobs ran once per test before); no test
+    changes them."""
+    built: dict[bool, tuple[pd.DataFrame, Any, Any, Any]] = {}
+
+    def get(text: bool) -> tuple[pd.DataFrame, Any, Any, Any]:
+        if text not in built:
+            frame = events(text)
+            built[text] = (frame, *both_splits(spark, frame))
+        return built[text]
+
+    return get
+
+
 def sorted_rows(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return frame[cols].sort_values(cols, kind="stable").reset_index(drop=True)
 
 
 @pytest.mark.parametrize("text", [False, True])
 @pytest.mark.parametrize("sampling", ["uniform", "popularity"])
-def test_sampled_candidates_equal_in_process_rows(spark: Any, text: bool, sampling: str) -> None:
+def test_sampled_candidates_equal_in_process_rows(shared: Any, text: bool, sampling: str) -> None:
     from harness.spark.candidates import build_candidates_spark
 
-    frame = events(text)
-    _, sp, split = both_splits(spark, frame)
+    _, _, sp, split = shared(text)
     spec = CandidateSpec(kind="sampled", n_negatives=7, sampling=sampling, seed=11)
     want, want_stats = build_candidates(spec, split, None)
     got_df, got_stats = build_candidates_spark(spec, sp)
@@ -90,11 +105,10 @@ def test_sampled_candidates_equal_in_process_rows(spark: Any, text: bool, sampli
     )
 
 
-def test_file_candidates_equal_in_process_rows(spark: Any, tmp_path: Path) -> None:
+def test_file_candidates_equal_in_process_rows(shared: Any, tmp_path: Path) -> None:
     from harness.spark.candidates import build_candidates_spark
 
-    frame = events(text=False)
-    _, sp, split = both_splits(spark, frame)
+    _, _, sp, split = shared(False)
     rng = np.random.default_rng(5)
     cand = pd.DataFrame(
         {
@@ -131,10 +145,10 @@ def bad_files(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-def test_file_candidates_errors_are_the_in_process_ones(spark: Any, tmp_path: Path) -> None:
+def test_file_candidates_errors_are_the_in_process_ones(shared: Any, tmp_path: Path) -> None:
     from harness.spark.candidates import build_candidates_spark
 
-    _, sp, split = both_splits(spark, events(text=False))
+    _, _, sp, split = shared(False)
     for why, path in bad_files(tmp_path).items():
         spec = CandidateSpec(kind="file", path=str(path))
         with pytest.raises(DataError) as want:
@@ -155,14 +169,13 @@ def models(scores: str) -> dict[str, Any]:
     }
 
 
-def both_runs(
-    spark: Any, tmp_path: Path, frame: pd.DataFrame, spec: CandidateSpec
-) -> tuple[Any, Any]:
-    """The in-process and the Spark run of the same models, suite, split and candidates."""
+def both_runs(spark: Any, tmp_path: Path, data: Any, spec: CandidateSpec) -> tuple[Any, Any]:
+    """The in-process and the Spark run of the same models, suite, split and candidates
+    (``data``: the events, their Spark frame and both splits, as ``shared`` gives them)."""
     from harness.spark.candidates import build_candidates_spark
     from harness.spark.pipeline import run_models_spark
 
-    df, sp, split = both_splits(spark, frame)
+    frame, df, sp, split = data
     scores = scores_file(frame, tmp_path / "scores.parquet")
     dataset = Dataset("tiny", frame, "synthetic")
     suite = MetricSuite(k=5, names=NAMES)
@@ -215,10 +228,10 @@ def assert_same_outcomes(want: Any, got: Any) -> None:
 
 @pytest.mark.parametrize("text", [False, True])
 def test_sampled_candidates_metrics_equal_in_process(
-    spark: Any, tmp_path: Path, text: bool
+    spark: Any, shared: Any, tmp_path: Path, text: bool
 ) -> None:
     spec = CandidateSpec(kind="sampled", n_negatives=8, sampling="popularity", seed=4)
-    want, got = both_runs(spark, tmp_path, events(text), spec)
+    want, got = both_runs(spark, tmp_path, shared(text), spec)
     assert_same_outcomes(want, got)
     # the score and rating metrics have values (not the NaN of a skipped metric)
     for metric in ("auc", "gauc", "global_auc"):
@@ -238,21 +251,21 @@ def candidates_file(frame: pd.DataFrame, path: Path) -> str:
     return str(path)
 
 
-def test_file_candidates_metrics_equal_in_process(spark: Any, tmp_path: Path) -> None:
-    frame = events(text=False)
-    spec = CandidateSpec(kind="file", path=candidates_file(frame, tmp_path / "cands.csv"))
-    want, got = both_runs(spark, tmp_path, frame, spec)
+def test_file_candidates_metrics_equal_in_process(spark: Any, shared: Any, tmp_path: Path) -> None:
+    data = shared(False)
+    spec = CandidateSpec(kind="file", path=candidates_file(data[0], tmp_path / "cands.csv"))
+    want, got = both_runs(spark, tmp_path, data, spec)
     assert_same_outcomes(want, got)
     assert got.outcomes["popularity"].info["candidates_unscored"] > 0  # items 30..33
 
 
 @pytest.mark.parametrize("text", [False, True])
 def test_full_catalog_score_and_rating_metrics_equal_in_process(
-    spark: Any, tmp_path: Path, text: bool
+    spark: Any, shared: Any, tmp_path: Path, text: bool
 ) -> None:
     """Without candidates: AUC over the whole catalog (popularity, the bias plug-in) or over
     each top-k list (precomputed scores), RMSE/MAE of the plug-in, as in-process."""
-    want, got = both_runs(spark, tmp_path, events(text), CandidateSpec())
+    want, got = both_runs(spark, tmp_path, shared(text), CandidateSpec())
     assert_same_outcomes(want, got)
     assert got.outcomes["precomputed"].info["auc_scope"] == "topk"
     assert got.outcomes["bias"].info["auc_scope"] == "catalog"
@@ -274,7 +287,10 @@ def test_cli_engine_spark_sampled_candidates_equals_numpy(harness_cli: Any, tmp_
         "metrics.k=10",
         "metrics.names=[ndcg@10,recall@10,mrr,coverage@10,novelty@10,auc,gauc,global_auc,rmse,mae]",
         "progress=false",
-        "compare.n_resamples=50",
+        # the comparison and MLflow are checked elsewhere (test_spark_pipeline.py,
+        # test_spark_cli_quick.py); here they only cost time
+        "compare=none",
+        "tracking=none",
     ]
     runs = harness_cli.run_engines(tmp_path, *common, timeout=900)
     for done in runs.values():
@@ -306,7 +322,7 @@ def test_cli_engine_spark_sampled_candidates_equals_numpy(harness_cli: Any, tmp_
     assert info_s["info"]["candidates_unscored"] == info_n["info"]["candidates_unscored"]
 
 
-def test_mllib_als_ranks_only_within_candidates(spark: Any, tmp_path: Path) -> None:
+def test_mllib_als_ranks_only_within_candidates(spark: Any, shared: Any, tmp_path: Path) -> None:
     """SparkALS (no in-process twin): its lists hold only the user's candidates, best
     predicted first; its metrics equal ``metrics.evaluate`` on the candidate scores it wrote;
     the sampled negatives are the in-process ones."""
@@ -315,8 +331,7 @@ def test_mllib_als_ranks_only_within_candidates(spark: Any, tmp_path: Path) -> N
     from harness.spark.models import SparkALS
     from harness.spark.pipeline import run_models_spark
 
-    frame = events(text=False)
-    df, sp, split = both_splits(spark, frame)
+    frame, df, sp, split = shared(False)
     spec = CandidateSpec(kind="sampled", n_negatives=6, seed=2)
     cands_s, _ = build_candidates_spark(spec, sp)
     cands, _ = build_candidates(spec, split, None)
