@@ -54,10 +54,19 @@ def bars_on(progress: bool) -> bool:
 
 
 def peak_mb() -> float:
-    """The process's peak resident memory so far, in MB to 0.1 (``ru_maxrss`` is KiB on Linux).
-    Rounded here, once, so every row and the total of the stage table agree when printed."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024, 1)
+    """The process's peak resident memory so far, in MB to 0.1. Rounded here, once, so every row
+    and the total of the stage table agree when printed.
+
+    On Linux ``VmHWM`` of ``/proc/self/status``: ``ru_maxrss`` keeps the peak of the process that
+    started this one across fork and exec (a 14 MB child of a 2.3 GB parent reports 2.3 GB), so
+    it would report the launcher's memory, not the run's. Elsewhere ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            kib = next(int(x.split()[1]) for x in status if x.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        kib = rss // 1024 if sys.platform == "darwin" else rss  # bytes on macOS, KiB on Linux
+    return round(kib / 1024, 1)
 
 
 @dataclass
