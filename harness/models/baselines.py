@@ -65,9 +65,8 @@ class PopularityModel(BaseRecommender):
         self, users: np.ndarray, k: int, exclude: bool, pairs: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray, AucCounts, np.ndarray]:
         """Top-k from the one global order, without a score matrix: the same lists as ranking
-        each user's score row (``pairs``, the AUC counts, take the general path)."""
-        if pairs is not None:
-            return super()._rank(users, k, exclude, pairs)
+        each user's score row; with ``pairs``, the AUC counts from the integer score histogram
+        (``_popularity_auc``), equal to the dense path's."""
         order = np.argsort(-self.item_popularity_, kind="stable")  # ties: ascending id
         codes = self._user_index.get_indexer(users)
         position = np.empty(order.size, dtype=np.int64)
@@ -78,7 +77,34 @@ class PopularityModel(BaseRecommender):
             places[start : start + part.size] = _first_unseen(
                 self.interactions_, part if exclude else np.full_like(part, -1), position, k
             )
-        return _lists(self.item_ids_, order, self.item_popularity_, places, k)
+        ids, scores, counts, relevant = _lists(
+            self.item_ids_, order, self.item_popularity_, places, k
+        )
+        if pairs is not None:
+            counts, relevant = _popularity_auc(
+                self.interactions_, self.item_popularity_, codes, exclude, pairs
+            )
+        return ids, scores, counts, relevant
+
+    def _pooled_wins(
+        self, users: np.ndarray, exclude: bool, pairs: np.ndarray, relevant: np.ndarray
+    ) -> float:
+        """``global_auc``'s pooled wins from score histograms, exact (no score matrix): every
+        user's negatives are the catalog minus their relevant and excluded items."""
+        values, level = np.unique(self.item_popularity_, return_inverse=True)
+        taken = np.zeros(values.size, dtype=np.int64)  # excluded rows of all users, per score
+        if exclude:
+            codes = self._user_index.get_indexer(users)
+            codes = codes[codes >= 0]
+            for start in range(0, codes.size, _USER_BATCH):
+                rows = self.interactions_[codes[start : start + _USER_BATCH]]
+                taken += np.bincount(level[rows.indices], minlength=values.size)
+        pos = np.bincount(np.searchsorted(values, relevant), minlength=values.size)
+        catalog = np.bincount(level, minlength=values.size)
+        # Python integers (object arrays): users x items x relevant pairs can pass 2**63
+        neg = int(users.size) * catalog.astype(object) - (taken + pos).astype(object)
+        below = np.cumsum(neg) - neg
+        return int((pos.astype(object) * (2 * below + neg)).sum()) / 2
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -134,3 +160,60 @@ def _lists(
     out[:, : places.shape[1]] = np.where(pad, -np.inf, scores[cols])
     zeros = np.zeros(n_users)
     return ids, out, AucCounts(zeros, zeros.copy(), zeros.copy()), np.zeros(0)
+
+
+def _popularity_auc(
+    seen: sp.csr_matrix,
+    popularity: np.ndarray,
+    codes: np.ndarray,
+    exclude: bool,
+    pairs: np.ndarray,
+) -> tuple[AucCounts, np.ndarray]:
+    """Each user's AUC counts over the catalog when every user's scores are ``popularity``
+    (integers), and the scores of the relevant candidates in ``pairs`` order.
+
+    ``codes``: the users' rows of ``seen`` (``-1``: unknown, nothing excluded), whose items are
+    excluded when ``exclude``; ``pairs``: distinct relevant ``[user row; item code]`` sorted by
+    row. Relevant pairs of seen items are not candidates. With ``C`` the catalog's score
+    histogram and ``X`` a user's relevant and excluded items, twice the user's wins are the sum
+    over relevant ``p`` of ``2·C(<s_p) + C(=s_p) - 2·X(<s_p) - X(=s_p)``; ``X(<s)``, ``X(=s)``
+    are found by binary search in the sorted (user, score level) keys of ``X``, a batch of users
+    at a time (no score matrix, no loop over users)."""
+    n_users = codes.size
+    values, level = np.unique(popularity, return_inverse=True)
+    n_levels, n_items = values.size, popularity.size
+    catalog = np.bincount(level, minlength=n_levels)
+    lt2 = 2 * (np.cumsum(catalog) - catalog) + catalog  # twice the wins over the whole catalog
+    wins2, n_pos, n_seen = np.zeros(n_users), np.zeros(n_users), np.zeros(n_users)
+    candidate = np.ones(pairs.shape[1], dtype=bool)
+    for start in range(0, n_users, _USER_BATCH):
+        stop = min(start + _USER_BATCH, n_users)
+        lo, hi = np.searchsorted(pairs[0], [start, stop])
+        prow, pitem = pairs[0, lo:hi] - start, pairs[1, lo:hi]
+        counts = np.zeros(stop - start, dtype=np.int64)
+        if exclude:
+            part = codes[start:stop]
+            rows = seen[part[part >= 0]]
+            counts[part >= 0] = np.diff(rows.indptr)
+            sowner = np.repeat(np.arange(stop - start, dtype=np.int64), counts)
+            sitem = rows.indices.astype(np.int64)
+            skey = np.sort(sowner * n_items + sitem)
+            pkey = prow * n_items + pitem
+            at = np.minimum(np.searchsorted(skey, pkey), max(skey.size - 1, 0))
+            is_seen = skey[at] == pkey if skey.size else np.zeros(pkey.size, dtype=bool)
+            candidate[lo:hi] = ~is_seen
+            prow, pitem = prow[~is_seen], pitem[~is_seen]
+        else:
+            sowner = sitem = np.zeros(0, dtype=np.int64)
+        plevel = level[pitem]
+        xkey = np.sort(np.concatenate([sowner * n_levels + level[sitem], prow * n_levels + plevel]))
+        query = prow * n_levels + plevel
+        left = np.searchsorted(xkey, query, side="left")
+        right = np.searchsorted(xkey, query, side="right")
+        first = np.searchsorted(xkey, prow * n_levels, side="left")
+        twice = lt2[plevel] - 2 * (left - first) - (right - left)
+        wins2[start:stop] = np.bincount(prow, weights=twice, minlength=stop - start)
+        n_pos[start:stop] = np.bincount(prow, minlength=stop - start)
+        n_seen[start:stop] = counts
+    counts_out = AucCounts(wins2 / 2, n_pos, n_items - n_seen - n_pos)
+    return counts_out, popularity[pairs[1][candidate]]
