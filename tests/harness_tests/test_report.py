@@ -400,8 +400,9 @@ def test_sampled_candidates_warning_only_when_sampled(real: dict[str, Any]) -> N
     sampled = dataclasses.replace(
         ctx, candidates={"candidates.kind": "sampled", "candidates.n_negatives": 100}
     )
-    page = parse(render_html(sampled))
-    assert 'class="warning"' in render_html(sampled)
+    sampled_html = render_html(sampled)
+    page = parse(sampled_html)
+    assert 'class="warning"' in sampled_html
     assert "Sampled metrics are biased" in page.all_text()
     assert "Warning" in render_markdown(sampled, None)
     for kind in ("full", "file"):
