@@ -29,7 +29,7 @@ import warnings
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -48,6 +48,8 @@ __all__ = [
     "TIMESTAMP_FORMATS",
     "USER",
     "IdCodes",
+    "IdentityCache",
+    "arrow_text",
     "check_text_file",
     "id_codes",
     "known_codes",
@@ -113,13 +115,36 @@ class IdCodes(NamedTuple):
     uniques: pd.Series
 
 
+class IdentityCache:
+    """Values kept for objects while they live, keyed by identity (for objects that cannot be
+    hashed or weakly keyed, such as Arrow arrays and pandas indexes): an entry goes when its
+    object is freed, so a new object at the same address never finds the old value."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[Any], Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, obj: object) -> Any:
+        """The value kept for ``obj``, or None."""
+        entry = self._entries.get(id(obj))
+        return entry[1] if entry is not None and entry[0]() is obj else None
+
+    def put(self, obj: object, value: Any) -> None:
+        """Keep ``value`` for ``obj`` until ``obj`` is freed."""
+        key = id(obj)
+        self._entries[key] = (weakref.ref(obj), value)
+        weakref.finalize(obj, self._entries.pop, key, None)
+
+
 # Codes of Arrow-backed text id columns already computed (by the split, or a first
 # ``id_codes``), keyed by the identity of the column's Arrow data: Arrow arrays cannot change,
-# so the same data object always has the same codes. An entry goes when its data is freed.
-_KNOWN_CODES: dict[int, tuple[weakref.ref[pa.ChunkedArray], np.ndarray, pd.Index]] = {}
+# so the same data object always has the same codes.
+_KNOWN_CODES = IdentityCache()
 
 
-def _arrow_text(column: pd.Series) -> pa.ChunkedArray | None:
+def arrow_text(column: pd.Series) -> pa.ChunkedArray | None:
     """The Arrow data of an Arrow-backed ``str`` column (immutable), else None."""
     dtype = column.dtype
     if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
@@ -131,22 +156,17 @@ def remember_codes(column: pd.Series, codes: np.ndarray, categories: pd.Index) -
     """Note that ``column`` is ``categories.take(codes)`` (``categories``: sorted distinct ids, a
     superset of the column's), so :func:`id_codes` need not hash its strings again. Kept only for
     Arrow-backed text (its data cannot change) and only while that data lives."""
-    data = _arrow_text(column)
+    data = arrow_text(column)
     if data is None or len(codes) != len(column) or (len(codes) and int(codes.min()) < 0):
         return
     small = np.int32 if len(categories) < 2**31 else np.int64
-    key = id(data)
-    _KNOWN_CODES[key] = (weakref.ref(data), codes.astype(small, copy=False), categories)
-    weakref.finalize(data, _KNOWN_CODES.pop, key, None)
+    _KNOWN_CODES.put(data, (codes.astype(small, copy=False), categories))
 
 
 def known_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index] | None:
     """``(codes, categories)`` noted by :func:`remember_codes` for this column's data, or None."""
-    data = _arrow_text(column)
-    entry = _KNOWN_CODES.get(id(data)) if data is not None else None
-    if entry is None or entry[0]() is not data:
-        return None
-    return entry[1], entry[2]
+    data = arrow_text(column)
+    return None if data is None else _KNOWN_CODES.get(data)
 
 
 def id_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
@@ -678,7 +698,7 @@ def _one_chunk(s: pd.Series) -> pd.Series:
     """An Arrow-backed text column as one contiguous Arrow array (Parquet gives a chunk per
     page or row group): selecting rows (the split's parts) from one array is several times
     cheaper than from many chunks, and encoding it needs it contiguous anyway."""
-    data = _arrow_text(s)
+    data = arrow_text(s)
     if data is None or data.num_chunks <= 1:
         return s
     try:
@@ -689,19 +709,15 @@ def _one_chunk(s: pd.Series) -> pd.Series:
 
 
 def _factorize_text(s: pd.Series) -> tuple[np.ndarray, pd.Series]:
-    """``pd.factorize(s, sort=False)`` with the uniques as ``str``. Arrow-backed text is encoded
-    by one Arrow dictionary pass over the whole column (first-seen order, like factorize), a
-    third cheaper than pandas' chunk-by-chunk encoding plus the merge of the chunks'
-    dictionaries."""
-    data = _arrow_text(s)
-    if data is not None:
-        try:
-            encoded = pc.dictionary_encode(data.combine_chunks())
-        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # offsets overflow: pandas' way
-            pass
-        else:
-            uniques = pd.Series(pd.array(encoded.dictionary, dtype=s.dtype), copy=False)
-            return encoded.indices.to_numpy(zero_copy_only=False), uniques
+    """``pd.factorize(s, sort=False)`` with the uniques as ``str``. Arrow-backed text in one chunk
+    (:func:`_one_chunk`) is encoded by one Arrow dictionary pass (first-seen order, like
+    factorize), a third cheaper than pandas' chunk-by-chunk encoding plus the merge of the
+    chunks' dictionaries; text left in chunks (offsets would overflow) goes pandas' way."""
+    data = arrow_text(s)
+    if data is not None and data.num_chunks == 1:
+        encoded = pc.dictionary_encode(data.chunk(0))  # the chunk itself: no copy of the column
+        uniques = pd.Series(pd.array(encoded.dictionary, dtype=s.dtype), copy=False)
+        return encoded.indices.to_numpy(zero_copy_only=False), uniques
     codes, uniques = pd.factorize(s, sort=False)
     return codes, pd.Series(uniques, copy=False).astype(str)
 

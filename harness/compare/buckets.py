@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import metrics
-from harness.data import _arrow_text, id_codes
+from harness.data import arrow_text, id_codes
 from metrics.judged import Judged, gain_of
 from metrics.options import Options, resolve_options
 from metrics.registry import MetricSpec
@@ -87,7 +87,7 @@ def _sorted_users(column: pd.Series) -> tuple[pd.Index, np.ndarray]:
     if pd.api.types.is_integer_dtype(column.dtype):
         users, pos = np.unique(column.to_numpy(dtype=np.int64), return_inverse=True)
         return pd.Index(users, name="user"), pos.astype(np.int64)
-    if _arrow_text(column) is not None:  # sorted codes, those the split noted when it has
+    if arrow_text(column) is not None:  # sorted codes, those the split noted when it has
         codes, uniques = id_codes(column)
         return pd.Index(uniques.array, name="user"), codes.astype(np.int64, copy=False)
     codes, uniques = pd.factorize(column)
@@ -101,7 +101,7 @@ def _sorted_users(column: pd.Series) -> tuple[pd.Index, np.ndarray]:
 
 def _truth(qrels: pd.DataFrame, bucket_of: pd.Series) -> _Truth:
     users, user = _sorted_users(qrels["user"])
-    item, items = (id_codes if _arrow_text(qrels["item"]) is not None else pd.factorize)(
+    item, items = (id_codes if arrow_text(qrels["item"]) is not None else pd.factorize)(
         qrels["item"]
     )
     of_item = bucket_of.reindex(items).fillna("tail").to_numpy()

@@ -33,7 +33,6 @@ padding.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, Protocol, Self, runtime_checkable
@@ -43,7 +42,7 @@ import pandas as pd
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from harness.data import ITEM, USER, id_codes
+from harness.data import ITEM, USER, IdentityCache, id_codes
 from metrics.checks import require_columns, require_int
 from metrics.scores import AucCounts, matrix_auc_counts, pooled_wins2
 
@@ -477,9 +476,8 @@ def _all_finite(block: np.ndarray) -> bool:
 
 # Text ids' object arrays and lookup indexes, shared by the models fitted on the same training
 # ids (``id_codes`` gives them the same categories object): converting a million ids to Python
-# strings and hashing them for the lookup is then done once per run, not once per model. Keyed by
-# the identity of the categories; an entry goes when they are freed.
-_SHARED_IDS: dict[int, tuple[weakref.ref[pd.Index], np.ndarray, pd.Index]] = {}
+# strings and hashing them for the lookup is then done once per run, not once per model.
+_SHARED_IDS = IdentityCache()
 
 
 def _ids_and_index(uniques: pd.Index) -> tuple[np.ndarray, pd.Index]:
@@ -488,16 +486,13 @@ def _ids_and_index(uniques: pd.Index) -> tuple[np.ndarray, pd.Index]:
     if pd.api.types.is_integer_dtype(uniques.dtype):
         ids = _id_array(uniques)
         return ids, pd.Index(ids)
-    key = id(uniques)
-    entry = _SHARED_IDS.get(key)
-    if entry is not None and entry[0]() is uniques:
-        return entry[1], entry[2]
-    ids = _id_array(uniques)
-    ids.flags.writeable = False
-    index = pd.Index(ids)
-    _SHARED_IDS[key] = (weakref.ref(uniques), ids, index)
-    weakref.finalize(uniques, _SHARED_IDS.pop, key, None)
-    return ids, index
+    shared: tuple[np.ndarray, pd.Index] | None = _SHARED_IDS.get(uniques)
+    if shared is None:
+        ids = _id_array(uniques)
+        ids.flags.writeable = False
+        shared = (ids, pd.Index(ids))
+        _SHARED_IDS.put(uniques, shared)
+    return shared
 
 
 def _id_array(uniques: pd.Index | np.ndarray) -> np.ndarray:

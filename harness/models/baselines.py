@@ -101,10 +101,21 @@ class PopularityModel(BaseRecommender):
                 taken += np.bincount(level[rows.indices], minlength=values.size)
         pos = np.bincount(np.searchsorted(values, relevant), minlength=values.size)
         catalog = np.bincount(level, minlength=values.size)
-        # Python integers (object arrays): users x items x relevant pairs can pass 2**63
-        neg = int(users.size) * catalog.astype(object) - (taken + pos).astype(object)
-        below = np.cumsum(neg) - neg
-        return int((pos.astype(object) * (2 * below + neg)).sum()) / 2
+        return pooled_popularity_wins(catalog, pos, taken + pos, users.size)
+
+
+def pooled_popularity_wins(
+    catalog: np.ndarray, pos: np.ndarray, taken: np.ndarray, n_users: int
+) -> float:
+    """``global_auc``'s pooled wins when every user scores items by the same integers, exact:
+    per score level, ascending, ``catalog`` items, ``pos`` relevant candidates of all users and
+    ``taken`` rows of all users not among their negatives (relevant or excluded); every user's
+    negatives are the catalog minus their taken rows, ties count 1/2. The in-process model and
+    the Spark engine (which counts the same arrays in Spark) both finish here."""
+    # Python integers (object arrays): users x items x relevant pairs can pass 2**63
+    neg = int(n_users) * catalog.astype(object) - taken.astype(object)
+    below = np.cumsum(neg) - neg
+    return int((pos.astype(object) * (2 * below + neg)).sum()) / 2
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

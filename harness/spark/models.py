@@ -731,16 +731,14 @@ def _pooled_popularity_wins(hist: pd.DataFrame, n_users: int, mine: pd.DataFrame
     negatives are the catalog (``hist``: items per score ``s``, ``n_users`` copies) minus the
     user's relevant and (when excluded) seen items (``mine``: per score ``s``, ``pos`` relevant
     and ``taken`` relevant-or-seen candidate rows of all users); ties count 1/2."""
+    from harness.models.baselines import pooled_popularity_wins
+
     values = np.union1d(hist["s"].to_numpy(np.int64), mine["s"].to_numpy(np.int64))
     catalog = hist.set_index("s")["n"].reindex(values, fill_value=0).to_numpy(np.int64)
     by_s = mine.set_index("s")
     pos = by_s["pos"].reindex(values, fill_value=0).to_numpy(np.int64)
     taken = by_s["taken"].reindex(values, fill_value=0).to_numpy(np.int64)
-    # Python integers (object arrays): users × items × relevant pairs can pass 2**63
-    neg = int(n_users) * catalog.astype(object) - taken.astype(object)
-    below = np.cumsum(neg) - neg
-    wins2 = int((pos.astype(object) * (2 * below + neg)).sum()) if values.size else 0
-    return wins2 / 2
+    return pooled_popularity_wins(catalog, pos, taken, n_users)
 
 
 def popularity_auc_counts(
