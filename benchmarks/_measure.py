@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -127,3 +128,15 @@ def run_cell(script: str, args: list[str], timeout: float) -> dict[str, Any]:
         tail = (proc.stderr.strip().splitlines() or ["killed (out of memory?)"])[-1]
         return {"error": f"exit {proc.returncode}: {tail[:120]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def spark_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The Spark benchmarks' command line: their description and the options every Spark cell
+    takes (JVM heap, shuffle partitions, and the hidden ``--cell`` of a measured subprocess)."""
+    p = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--driver-memory", default="4g", help="spark.driver.memory (JVM heap)")
+    p.add_argument("--partitions", type=int, default=32, help="spark.sql.shuffle.partitions")
+    p.add_argument("--cell", nargs="+", help=argparse.SUPPRESS)
+    return p

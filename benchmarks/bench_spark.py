@@ -24,7 +24,6 @@ Needs the `spark` extra (pip install -e ".[spark]") and Java 17.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -38,7 +37,15 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _measure import Workers, descendants, is_java, print_table, proc_status, run_cell  # noqa: E402
+from _measure import (  # noqa: E402
+    Workers,
+    descendants,
+    is_java,
+    print_table,
+    proc_status,
+    run_cell,
+    spark_parser,
+)
 from bench_metrics import CANDIDATES, METRICS, _int_data  # noqa: E402
 
 MB = 2**20
@@ -199,15 +206,10 @@ def _largest_gap(x: dict[str, list], y: dict[str, list]) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = spark_parser(__doc__)
     p.add_argument("--rows", type=float, nargs="+", default=[1e7, 1e8])
-    p.add_argument("--driver-memory", default="4g", help="spark.driver.memory (JVM heap)")
-    p.add_argument("--partitions", type=int, default=32, help="spark.sql.shuffle.partitions")
     p.add_argument("--numpy-max", type=float, default=1e7, help="largest size run in-process")
     p.add_argument("--timeout", type=float, default=7200)
-    p.add_argument("--cell", nargs="+", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.cell:
         kind, folder = args.cell[0], Path(args.cell[1])

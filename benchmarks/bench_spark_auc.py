@@ -47,7 +47,15 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _measure import Workers, descendants, is_java, print_table, proc_status, run_cell  # noqa: E402
+from _measure import (  # noqa: E402
+    Workers,
+    descendants,
+    is_java,
+    print_table,
+    proc_status,
+    run_cell,
+    spark_parser,
+)
 
 MB = 2**20
 K = 10
@@ -252,12 +260,8 @@ def _cell(args: list[str], timeout: float) -> dict[str, Any]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = spark_parser(__doc__)
     p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    p.add_argument("--driver-memory", default="4g", help="spark.driver.memory (JVM heap)")
-    p.add_argument("--partitions", type=int, default=32, help="spark.sql.shuffle.partitions")
     p.add_argument("--plugin", nargs="*", default=["item_knn"], help="plug-in models to run")
     p.add_argument("--plugin-max", type=int, default=1_000_000, help="largest size for plug-ins")
     p.add_argument("--timeout", type=float, default=1500, help="seconds per Spark cell")
@@ -265,7 +269,6 @@ def main() -> None:
     p.add_argument("--subset", type=int, default=20_000, help="users of the subset check")
     p.add_argument("--folder", type=Path, help="keep the data here (default: a temp dir)")
     p.add_argument("--json", type=Path, help="also write the table rows here")
-    p.add_argument("--cell", nargs="+", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.cell:
         engine, kind, folder, events, subset = args.cell[:5]

@@ -53,20 +53,27 @@ def bars_on(progress: bool) -> bool:
     return bool(progress) and sys.stderr.isatty()
 
 
+_PEAK_KIB = 0  # the largest peak read so far (peak_mb)
+
+
 def peak_mb() -> float:
     """The process's peak resident memory so far, in MB to 0.1. Rounded here, once, so every row
     and the total of the stage table agree when printed.
 
     On Linux ``VmHWM`` of ``/proc/self/status``: ``ru_maxrss`` keeps the peak of the process that
     started this one across fork and exec (a 14 MB child of a 2.3 GB parent reports 2.3 GB), so
-    it would report the launcher's memory, not the run's. Elsewhere ``ru_maxrss``."""
+    it would report the launcher's memory, not the run's. Elsewhere ``ru_maxrss``. The kernel's
+    counters are approximate (a read can be ~0.1 MB below an earlier one), so the largest value
+    read so far is returned: a peak never decreases down the table."""
+    global _PEAK_KIB
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             kib = next(int(x.split()[1]) for x in status if x.startswith("VmHWM:"))
     except (OSError, StopIteration, ValueError, IndexError):
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         kib = rss // 1024 if sys.platform == "darwin" else rss  # bytes on macOS, KiB on Linux
-    return round(kib / 1024, 1)
+    _PEAK_KIB = max(_PEAK_KIB, kib)
+    return round(_PEAK_KIB / 1024, 1)
 
 
 @dataclass
