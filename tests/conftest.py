@@ -65,13 +65,20 @@ def spark() -> Iterator[Any]:
         pytest.skip(reason)
     from harness.spark import spark_session
 
-    # the JVM settings of tests/spark_conf; AQE kept on (Spark's default, the CLI tests run
-    # without it), so both planners are tested
+    # the JVM settings of tests/spark_conf; of two pairs of modes, the CLI runs (separate
+    # processes) take one and this session the other, so both are tested: AQE off there, on
+    # here; expressions compiled to Java there (Spark's default), interpreted here, since on
+    # these tiny tables compiling each new plan is much of a job's time (test_spark.py and
+    # test_spark_catalog_auc.py: 176 -> 143 s wall, measured); both modes give the same rows
     os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
     session = spark_session(
         "local[2]",
         app_name="recsys-harness-tests",
-        config={"spark.sql.adaptive.enabled": "true"},
+        config={
+            "spark.sql.adaptive.enabled": "true",
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        },
     )
     yield session
     session.stop()
