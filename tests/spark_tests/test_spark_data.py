@@ -67,10 +67,20 @@ FILTERS: list[dict[str, Any]] = [
     {"min_user_interactions": 5, "min_item_interactions": 20},
     {"kcore": 8},
 ]
+UNSEEN = ("drop", "keep")
+# Pairwise, not every combination (each case is ~20 Spark jobs of fixed cost): each method meets
+# both id kinds and both unseen policies, each filter set too, and each policy both id kinds.
 CASES = [
-    pytest.param(m, p, f, ("int", "str")[(i + j) % 2], id=f"{m}-{'+'.join(f) or 'nofilter'}")
+    pytest.param(
+        m,
+        p,
+        f,
+        ("int", "str")[(i + j) % 2],
+        UNSEEN[(i + (j == 2)) % 2],
+        id=f"{m}-{'+'.join(f) or 'nofilter'}-{UNSEEN[(i + (j == 2)) % 2]}",
+    )
     for i, (m, p) in enumerate(METHODS)
-    for j, f in enumerate(FILTERS)  # each method meets both id kinds, each filter set too
+    for j, f in enumerate(FILTERS)
 ]
 
 
@@ -83,31 +93,48 @@ def few_partitions(spark: Any) -> Any:
     spark.conf.set("spark.sql.shuffle.partitions", before)
 
 
-@pytest.mark.parametrize(("method", "params", "filters", "ids"), CASES)
+def test_split_cases_pair_every_method_filter_policy_and_id_kind() -> None:
+    """The pairwise cases above cover what they claim (so a later edit cannot thin them)."""
+    seen = {(c.values[0], c.values[4]) for c in CASES} | {(c.values[0], c.values[3]) for c in CASES}
+    assert seen == {(m, x) for m, _ in METHODS for x in (*UNSEEN, "int", "str")}
+    by_filter = {(tuple(c.values[2]), x) for c in CASES for x in (c.values[3], c.values[4])}
+    assert by_filter == {(tuple(f), x) for f in FILTERS for x in (*UNSEEN, "int", "str")}
+    assert {(c.values[3], c.values[4]) for c in CASES} == {
+        (i, u) for i in ("int", "str") for u in UNSEEN
+    }
+
+
+@pytest.mark.parametrize(("method", "params", "filters", "ids", "unseen"), CASES)
 def test_split_rows_and_stats_equal_the_in_process_split(
-    few_partitions: Any, method: str, params: dict[str, Any], filters: dict[str, Any], ids: str
+    few_partitions: Any,
+    method: str,
+    params: dict[str, Any],
+    filters: dict[str, Any],
+    ids: str,
+    unseen: str,
 ) -> None:
-    """For both unseen policies: the same train / valid / test rows, params and stats."""
+    """The same train / valid / test rows, params and stats."""
     from harness.spark.split import apply_filters_spark, method_split_spark
 
     spark = few_partitions
     df = events(ids)
     sdf = spark.createDataFrame(df.astype({"user": object, "item": object}) if ids == "str" else df)
     raw = method_split_spark(sdf, method, **params)
-    for unseen in ("drop", "keep"):
-        want = hsplit.make_split(df, method, **params, **filters, unseen=unseen)
-        got = apply_filters_spark(raw, **filters, unseen=unseen)
-        # random: an exact repeat's copies are interchangeable, so only their `row` may differ
-        same_parts(got, want, drop_row=method == "random")
-        assert got.params == want.params
-        assert got.stats == want.stats, {
-            k: (got.stats.get(k), v) for k, v in want.stats.items() if got.stats.get(k) != v
-        }
-        assert want.stats["n_test_events"] > 0 and want.stats["n_train_events"] > 0
-        if filters:
-            assert want.stats["train_filtered_events"] > 0  # the filters do something here
-        if method == "global_time":
-            assert want.stats["test_unseen_events"] > 0
+    want = hsplit.make_split(df, method, **params, **filters, unseen=unseen)
+    got = apply_filters_spark(raw, **filters, unseen=unseen)
+    # random: an exact repeat's copies are interchangeable, so only their `row` may differ
+    same_parts(got, want, drop_row=method == "random")
+    assert got.params == want.params
+    assert got.stats == want.stats, {
+        k: (got.stats.get(k), v) for k, v in want.stats.items() if got.stats.get(k) != v
+    }
+    assert want.stats["n_test_events"] > 0 and want.stats["n_train_events"] > 0
+    if filters:
+        assert want.stats["train_filtered_events"] > 0  # the filters do something here
+    if method == "global_time":
+        assert want.stats["test_unseen_events"] > 0
+    if unseen == "drop" and want.stats["test_unseen_events"]:
+        assert want.stats["test_dropped_events"] == want.stats["test_unseen_events"]
 
 
 def test_make_split_spark_fills_defaults_and_checks_params(few_partitions: Any) -> None:
