@@ -290,9 +290,26 @@ class BaseRecommender:
 
         ``exclude_seen=None`` uses the value given at construction.
         """
+        positions, scores = self.rank_positions(users, k, exclude_seen=exclude_seen)
+        return self._ids_at(positions), scores
+
+    def rank_positions(
+        self, users: np.ndarray, k: int, *, exclude_seen: bool | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``recommend``'s lists as positions in ``item_ids_`` (``-1`` where padded) and
+        scores: a caller building one table of many lists takes each id from ``item_ids_`` once
+        instead of receiving a Python object per list entry (text ids)."""
         users, k, exclude = self._recommend_args(users, k, exclude_seen)
-        ids, scores, _, _ = self._rank(users, k, exclude, None)
-        return ids, scores
+        positions, scores, _, _ = self._rank(users, k, exclude, None)
+        return positions, scores
+
+    def _ids_at(self, positions: np.ndarray) -> np.ndarray:
+        """Item ids at ``positions`` of ``item_ids_``; the padding id where ``-1``."""
+        ids = self.item_ids_[positions]
+        pad = positions < 0
+        if pad.any():
+            ids[pad] = _pad_id(self.item_ids_)
+        return ids
 
     def recommend_with_auc(
         self,
@@ -303,6 +320,7 @@ class BaseRecommender:
         *,
         pooled: bool = False,
         exclude_seen: bool | None = None,
+        positions: bool = False,
     ) -> tuple[np.ndarray, np.ndarray, AucCounts]:
         """``recommend`` plus the AUC counts of every ranked candidate (catalog-wide AUC).
 
@@ -317,7 +335,8 @@ class BaseRecommender:
         ``pooled=True`` also counts ``pooled_wins`` (for ``global_auc``): the relevant scores of
         every user are only all known after the ranking pass, so a second scoring pass compares
         each batch's irrelevant scores with them (``pooled_wins2``, exact); memory stays bounded
-        by a batch plus one score per relevant pair.
+        by a batch plus one score per relevant pair. ``positions=True``: the lists as
+        :meth:`rank_positions` gives them.
         """
         if not self.scores_catalog:
             raise TypeError(f"{type(self).__name__} does not score the whole catalog")
@@ -334,11 +353,11 @@ class BaseRecommender:
             )
         rows, cols = user_index.get_indexer(ru), self._item_index.get_indexer(ri)
         pairs = np.unique(np.stack([rows, cols])[:, (rows >= 0) & (cols >= 0)], axis=1)
-        ids, scores, counts, relevant = self._rank(users, k, exclude, pairs)
+        at, scores, counts, relevant = self._rank(users, k, exclude, pairs)
         if pooled:
             wins = self._pooled_wins(users, exclude, pairs, relevant)
             counts = replace(counts, pooled_wins=wins)
-        return ids, scores, counts
+        return (at if positions else self._ids_at(at)), scores, counts
 
     def _recommend_args(
         self, users: np.ndarray, k: int, exclude_seen: bool | None
@@ -373,12 +392,13 @@ class BaseRecommender:
     def _rank(
         self, users: np.ndarray, k: int, exclude: bool, pairs: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray, AucCounts, np.ndarray]:
-        """Top-``k`` of every user and, when ``pairs`` (relevant ``[row; item code]``, sorted by
-        row) is given, the AUC counts of each user and the scores of the relevant candidates,
-        from the same score rows."""
+        """Top-``k`` of every user as positions in ``item_ids_`` (``-1``: padding) and scores
+        and, when ``pairs`` (relevant ``[row; item code]``, sorted by row) is given, the AUC
+        counts of each user and the scores of the relevant candidates, from the same score
+        rows."""
         n_users, n_items = users.size, self.item_ids_.size
         scores_out = np.full((n_users, k), -np.inf)
-        cols_out = np.zeros((n_users, k), dtype=np.int64)
+        cols_out = np.full((n_users, k), -1, dtype=np.int64)
         width = min(k, n_items)
         wins, n_pos, n_neg = np.zeros(n_users), np.zeros(n_users), np.zeros(n_users)
         relevant: list[np.ndarray] = []
@@ -396,12 +416,9 @@ class BaseRecommender:
                 wins[start:stop], n_pos[start:stop] = part.wins, part.n_pos
                 n_neg[start:stop] = part.n_neg
 
-        ids = self.item_ids_[cols_out]
-        pad = np.isneginf(scores_out)
-        if pad.any():
-            ids[pad] = PAD_ITEM_OBJECT if ids.dtype == object else PAD_ITEM_INT
+        cols_out[np.isneginf(scores_out)] = -1  # excluded items ranked last are padding
         scored = np.concatenate(relevant) if relevant else np.zeros(0)
-        return ids, scores_out, AucCounts(wins, n_pos, n_neg), scored
+        return cols_out, scores_out, AucCounts(wins, n_pos, n_neg), scored
 
     def _pooled_wins(
         self, users: np.ndarray, exclude: bool, pairs: np.ndarray, relevant: np.ndarray

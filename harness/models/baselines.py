@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from harness.models.base import BaseRecommender, _pad_id
+from harness.models.base import BaseRecommender
 from metrics.scores import AucCounts
 
 __all__ = ["PopularityModel", "RandomModel"]
@@ -77,14 +77,12 @@ class PopularityModel(BaseRecommender):
             places[start : start + part.size] = _first_unseen(
                 self.interactions_, part if exclude else np.full_like(part, -1), position, k
             )
-        ids, scores, counts, relevant = _lists(
-            self.item_ids_, order, self.item_popularity_, places, k
-        )
+        at, scores, counts, relevant = _lists(order, self.item_popularity_, places, k)
         if pairs is not None:
             counts, relevant = _popularity_auc(
                 self.interactions_, self.item_popularity_, codes, exclude, pairs
             )
-        return ids, scores, counts, relevant
+        return at, scores, counts, relevant
 
     def _pooled_wins(
         self, users: np.ndarray, exclude: bool, pairs: np.ndarray, relevant: np.ndarray
@@ -159,18 +157,18 @@ def _first_unseen(
 
 
 def _lists(
-    item_ids: np.ndarray, order: np.ndarray, scores: np.ndarray, places: np.ndarray, k: int
+    order: np.ndarray, scores: np.ndarray, places: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray, AucCounts, np.ndarray]:
     """``_rank``'s output from places in the global ``order`` (``len(order)``: padding)."""
     n_users = places.shape[0]
     pad = places >= order.size
     cols = order[np.minimum(places, order.size - 1)]
-    ids = np.full((n_users, k), _pad_id(item_ids), dtype=item_ids.dtype)
+    at = np.full((n_users, k), -1, dtype=np.int64)
     out = np.full((n_users, k), -np.inf)
-    ids[:, : places.shape[1]] = np.where(pad, ids[:, : places.shape[1]], item_ids[cols])
+    at[:, : places.shape[1]] = np.where(pad, -1, cols)
     out[:, : places.shape[1]] = np.where(pad, -np.inf, scores[cols])
     zeros = np.zeros(n_users)
-    return ids, out, AucCounts(zeros, zeros.copy(), zeros.copy()), np.zeros(0)
+    return at, out, AucCounts(zeros, zeros.copy(), zeros.copy()), np.zeros(0)
 
 
 def _popularity_auc(

@@ -590,7 +590,8 @@ def _auc_group(
 
     ids = _group_users(users)
     pairs = _relevant_codes(model, ids, relevant)
-    items, scores, counts, scored = model._rank(ids, max(k, 1), model.exclude_seen, pairs)
+    at, scores, counts, scored = model._rank(ids, max(k, 1), model.exclude_seen, pairs)
+    items = model._ids_at(at)
     n, m = ids.size, scored.size
     if k > 0:
         scores = np.asarray(scores, dtype=np.float64)
