@@ -161,36 +161,73 @@ def bucket_tables_spark(
 ) -> dict[str, tuple[DataFrame, DataFrame]]:
     """Per item bucket, both models' per-user metrics judged only against each user's test items
     in that bucket (items unseen in training count as tail), as ``harness.compare`` defines
-    them: :func:`evaluate_spark` of the bucket's truth and the lists (``user, item, rank``;
-    score ``−rank``) of the users it has, written under ``folder`` as Parquet and read back.
-    A bucket without test items is left out."""
+    them, from one :func:`evaluate_spark` call for both models and all buckets.
+
+    Its user key is ``model + bucket + user`` as text (``a``/``b``, ``h``/``m``/``t``, then the
+    id): a key's truth is the user's test items in the bucket, its list the model's list of the
+    user (``user, item, rank``; score ``−rank``), for each (bucket, user) the truth has. A key's
+    values depend only on its own rows and the options, so they are those of one evaluation
+    per model and bucket. ``buckets`` defaults to six times ``evaluate_spark``'s default: as
+    many user groups as six separate calls, each holding as many rows. The per-key table is
+    written under ``folder`` as Parquet; each returned table is one (model, bucket) slice of it
+    read back, with the user ids of their original type. A bucket without test items gets two
+    empty tables (:func:`compare_spark` writes no row for it)."""
     from pyspark.sql import functions as sf
 
+    from harness.spark.io import _common_kind
     from harness.spark.metrics import evaluate_spark
 
+    if not names:
+        return {}
     spark = qrels.sparkSession
+    require_columns(qrels.columns, ("user", "item", "relevance"), "qrels")
+    kinds = []
+    for r in recs:  # the one-line errors of evaluate_spark
+        require_columns(r.columns, ("user", "item", "rank"), "recommendations")
+        kinds.append(_common_kind(qrels, r, "user"))
+        _common_kind(qrels, r, "item")
+    kind = kinds[0]
+    sides = "ab"
+    bucket = sf.coalesce(sf.col("bucket"), sf.lit("tail"))
+    code = sf.when(bucket == "head", "h").when(bucket == "mid", "m").otherwise("t")
     judged = qrels.join(item_bucket.select("item", "bucket"), "item", "left").select(
-        "user", "item", "relevance", sf.coalesce("bucket", sf.lit("tail")).alias("bucket")
+        "user", "item", "relevance", code.alias("_code")
     )
+    key = sf.concat("_side", "_code", sf.col("user").cast("string")).alias("user")
+    both = sf.explode(sf.array(*[sf.lit(s) for s in sides])).alias("_side")
+    truth = judged.select(both, "user", "item", "relevance", "_code").select(
+        key, "item", "relevance"
+    )
+    listed = [
+        r.select(
+            sf.lit(s).alias("_side"),
+            "user",
+            "item",
+            (-sf.col("rank")).cast("double").alias("score"),
+        )
+        for s, r in zip(sides, recs, strict=True)
+    ]
+    pairs = judged.select("user", "_code").distinct()
+    lists = listed[0].unionByName(listed[1]).join(pairs, "user").select(key, "item", "score")
+    opts = dict(options or {})
+    groups = opts.pop("buckets", None)
+    if groups is None:
+        groups = 6 * 2 * int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    path = os.path.join(os.fspath(folder), "items")
+    evaluate_spark(
+        truth, lists, list(names), spark=spark, buckets=groups, per_user_path=path,
+        collect_per_user=False, **opts,
+    )  # fmt: skip
+    table = spark.read.parquet(path)
+    values = [sf.col(f"`{c}`") for c in table.columns if c != "user"]
+    user = sf.col("user").substr(sf.lit(3), sf.length("user")).cast(kind).alias("user")
     out: dict[str, tuple[DataFrame, DataFrame]] = {}
-    for bucket in _BUCKETS:
-        truth = judged.filter(sf.col("bucket") == bucket).select("user", "item", "relevance")
-        if truth.isEmpty():
-            continue
-        users = truth.select("user").distinct()
-        tables = []
-        for side, r in zip("ab", recs, strict=True):
-            require_columns(r.columns, ("user", "item", "rank"), "recommendations")
-            mine = r.join(users, "user", "left_semi").select(
-                "user", "item", (-sf.col("rank")).cast("double").alias("score")
-            )
-            path = os.path.join(os.fspath(folder), f"items_{bucket}_{side}")
-            evaluate_spark(
-                truth, mine, list(names), spark=spark, per_user_path=path,
-                collect_per_user=False, **dict(options or {}),
-            )  # fmt: skip
-            tables.append(spark.read.parquet(path))
-        out[bucket] = (tables[0], tables[1])
+    for name in _BUCKETS:
+        a, b = (
+            table.filter(sf.col("user").startswith(s + name[0])).select(user, *values)
+            for s in sides
+        )
+        out[name] = (a, b)
     return out
 
 
@@ -351,18 +388,101 @@ def _moments(first: pd.Series, second: pd.Series, i: int) -> stats.PairMoments:
     )  # fmt: skip
 
 
+@dataclass
+class _SegmentPlan:
+    """One segment's rows before its bootstrap: the run-level rows and empty placeholders (in
+    ``rows_of``), the normal intervals computed from the sums (``results``), and the metrics
+    whose pairs must be collected for the plain bootstrap (``collect``)."""
+
+    rows_of: dict[int, dict[str, Any]]
+    results: dict[int, stats.PairedComparison]
+    collect: list[int]
+
+
+def _segment_plan(
+    segment: str,
+    first: pd.Series,
+    second: pd.Series,
+    names: Sequence[str],
+    hibs: Sequence[bool],
+    spec: CompareSpec,
+    summaries: tuple[Mapping[str, float], Mapping[str, float]] | None,
+) -> _SegmentPlan:
+    """Which rows ``harness.compare`` writes for one segment, and how each is computed: a
+    run-level row, a normal interval from the two passes' sums, or the plain bootstrap."""
+    plan = _SegmentPlan({}, {}, [])
+    for i, name in enumerate(names):
+        if int(first[f"na{i}"]) == 0 or int(first[f"nb{i}"]) == 0:
+            if summaries is None:
+                continue
+            base, cand = summaries[0].get(name, np.nan), summaries[1].get(name, np.nan)
+            plan.rows_of[i] = {
+                "segment": segment, "metric": name, "kind": "run-level",
+                "higher_is_better": hibs[i], "mean_a": base, "mean_b": cand,
+                "diff": cand - base, "lift": (cand - base) / base if base else np.nan, "n": np.nan,
+            }  # fmt: skip
+            continue
+        if int(first[f"n{i}"]) < 2:
+            continue
+        plan.rows_of[i] = {}
+        m = _moments(first, second, i)
+        if m.n >= stats.NORMAL_MIN_N and stats.normal_ok_from_moments(m):
+            plan.results[i] = stats.compare_from_moments(m, confidence=spec.confidence)
+        else:
+            plan.collect.append(i)
+    return plan
+
+
 def _collected(
-    rows: DataFrame, segment: str, wanted: Sequence[int], names: Sequence[str],
-    hibs: Sequence[bool], spec: CompareSpec,
-) -> dict[int, stats.PairedComparison]:  # fmt: skip
-    """``compare_many`` (as ``harness.compare`` calls it) of metrics ``wanted`` of one segment,
-    on their collected pairs in user order."""
+    rows: DataFrame,
+    wanted: Mapping[str, Sequence[int]],
+    gsb: tuple[int, int, int] | None,
+) -> tuple[dict[str, pd.DataFrame], pd.DataFrame | None]:
+    """In one Spark job, the pairs the driver needs: for each segment of ``wanted`` its users'
+    values of the metrics it bootstraps (``a{i}``, ``b{i}``), and with ``gsb`` = (metric,
+    defined pairs, ``max_differences``) the ``all`` segment's per-user differences ``_d`` of
+    that metric (both values defined; all of them up to ``max_differences`` users, else a
+    hashed sample of about that many). Each frame is ordered by user (the order of the
+    in-process per-user tables; a segment has a user once), so the bootstrap resamples the
+    same pairs as in-process.
+
+    What reaches the driver: the rows of the bootstrapped segments (those under
+    ``NORMAL_MIN_N`` pairs or failing the normal checks; one row per user and segment, as each
+    per-segment collection would have sent), with the union of their metric columns, plus at
+    most about ``max_differences`` rows of differences."""
     from pyspark.sql import functions as sf
 
-    cols = [f"{s}{i}" for i in wanted for s in "ab"]
-    frame = pd.DataFrame(
-        rows.filter(sf.col(_SEG) == segment).select("user", *cols).orderBy("user").toPandas()
-    )
+    seg = sf.col(_SEG)
+    cols = sorted({f"{s}{i}" for w in wanted.values() for i in w for s in "ab"})
+    keep = seg.isin(list(wanted))
+    extra = []
+    if gsb is not None:
+        i, n, max_differences = gsb
+        _, _, d, ok = _pair(i)
+        take = (seg == "all") & ok
+        if n > max_differences:
+            share = int(max_differences / n * 2**31)
+            take = take & (sf.pmod(sf.xxhash64("user"), sf.lit(2**31)) < share)
+        take = sf.coalesce(take, sf.lit(False))
+        keep = keep | take
+        extra = [take.alias("_take"), sf.when(take, d).alias("_d")]
+    frame = pd.DataFrame(rows.filter(keep).select(_SEG, "user", *cols, *extra).toPandas())
+
+    def by_user(part: pd.DataFrame) -> pd.DataFrame:
+        order = np.argsort(part["user"].to_numpy(), kind="stable")
+        return part.iloc[order].reset_index(drop=True)
+
+    frames = {s: by_user(frame[frame[_SEG] == s]) for s in wanted}
+    diffs = by_user(frame[frame["_take"].to_numpy(bool)]) if gsb is not None else None
+    return frames, diffs
+
+
+def _bootstrapped(
+    frame: pd.DataFrame, wanted: Sequence[int], names: Sequence[str], hibs: Sequence[bool],
+    spec: CompareSpec,
+) -> dict[int, stats.PairedComparison]:  # fmt: skip
+    """``compare_many`` (as ``harness.compare`` calls it) of metrics ``wanted`` of one segment,
+    on its collected pairs in user order."""
     columns: dict[str, tuple[np.ndarray, np.ndarray, bool]] = {}
     for i in wanted:
         va = frame[f"a{i}"].to_numpy(np.float64)
@@ -377,41 +497,11 @@ def _collected(
 
 
 def _segment_rows(
-    rows: DataFrame,
-    segment: str,
-    first: pd.Series,
-    second: pd.Series,
-    names: Sequence[str],
-    hibs: Sequence[bool],
-    spec: CompareSpec,
-    summaries: tuple[Mapping[str, float], Mapping[str, float]] | None,
+    segment: str, plan: _SegmentPlan, names: Sequence[str], hibs: Sequence[bool]
 ) -> list[dict[str, Any]]:
     """The rows ``harness.compare`` writes for one segment, in its metric order."""
-    rows_of: dict[int, dict[str, Any]] = {}
-    collect: list[int] = []
-    results: dict[int, stats.PairedComparison] = {}
-    for i, name in enumerate(names):
-        if int(first[f"na{i}"]) == 0 or int(first[f"nb{i}"]) == 0:
-            if summaries is None:
-                continue
-            base, cand = summaries[0].get(name, np.nan), summaries[1].get(name, np.nan)
-            rows_of[i] = {
-                "segment": segment, "metric": name, "kind": "run-level",
-                "higher_is_better": hibs[i], "mean_a": base, "mean_b": cand,
-                "diff": cand - base, "lift": (cand - base) / base if base else np.nan, "n": np.nan,
-            }  # fmt: skip
-            continue
-        if int(first[f"n{i}"]) < 2:
-            continue
-        rows_of[i] = {}
-        m = _moments(first, second, i)
-        if m.n >= stats.NORMAL_MIN_N and stats.normal_ok_from_moments(m):
-            results[i] = stats.compare_from_moments(m, confidence=spec.confidence)
-        else:
-            collect.append(i)
-    if collect:
-        results.update(_collected(rows, segment, collect, names, hibs, spec))
-    for i, res in results.items():
+    rows_of = dict(plan.rows_of)
+    for i, res in plan.results.items():
         rows_of[i] = {
             "segment": segment,
             "metric": names[i],
@@ -421,21 +511,6 @@ def _segment_rows(
             "method": res.method,
         }
     return [rows_of[i] for i in sorted(rows_of)]
-
-
-def _differences(rows: DataFrame, i: int, n: int, name: str, max_differences: int) -> pd.Series:
-    """Per-user ``b − a`` of metric ``i`` over all users (both defined), ordered by user: all
-    of them up to ``max_differences``, else a hashed sample of about that many."""
-    from pyspark.sql import functions as sf
-
-    _, _, d, ok = _pair(i)
-    mine = rows.filter((sf.col(_SEG) == "all") & ok)
-    if n > max_differences:
-        share = int(max_differences / n * 2**31)
-        mine = mine.filter(sf.pmod(sf.xxhash64("user"), sf.lit(2**31)) < share)
-    frame = pd.DataFrame(mine.select("user", d.alias("d")).orderBy("user").toPandas())
-    index = pd.Index(frame["user"].to_numpy(), name="user")
-    return pd.Series(frame["d"].to_numpy(np.float64), index=index, name=name)
 
 
 def compare_spark(
@@ -477,21 +552,32 @@ def compare_spark(
             )
         second = _second_pass(rows, first, hibs, spec)
         order = ["all", *(segments.names if segments else ()), *(f"items:{b}" for b in _BUCKETS)]
-        table_rows: list[dict[str, Any]] = []
+        plans: dict[str, _SegmentPlan] = {}
         for seg in order:
             if seg in first.index:
-                table_rows += _segment_rows(
-                    rows, seg, first.loc[seg], second.loc[seg], names, hibs, spec,
+                plans[seg] = _segment_plan(
+                    seg, first.loc[seg], second.loc[seg], names, hibs, spec,
                     summaries if seg == "all" else None,
                 )  # fmt: skip
-        differences: dict[str, pd.Series] = {}
+        gsb = None
         if spec.gsb_metric in names and "all" in first.index:
             i = names.index(spec.gsb_metric)
             if int(first.loc["all", f"nb{i}"]) > 0:
-                n = int(first.loc["all", f"n{i}"])
-                differences[spec.gsb_metric] = _differences(
-                    rows, i, n, spec.gsb_metric, max_differences
+                gsb = (i, int(first.loc["all", f"n{i}"]), max_differences)
+        wanted = {seg: plan.collect for seg, plan in plans.items() if plan.collect}
+        differences: dict[str, pd.Series] = {}
+        if wanted or gsb is not None:
+            frames, diffs = _collected(rows, wanted, gsb)
+            for seg, frame in frames.items():
+                plans[seg].results.update(_bootstrapped(frame, wanted[seg], names, hibs, spec))
+            if diffs is not None:
+                index = pd.Index(diffs["user"].to_numpy(), name="user")
+                differences[spec.gsb_metric] = pd.Series(
+                    diffs["_d"].to_numpy(np.float64), index=index, name=spec.gsb_metric
                 )
+        table_rows: list[dict[str, Any]] = []
+        for seg, plan in plans.items():
+            table_rows += _segment_rows(seg, plan, names, hibs)
     finally:
         rows.unpersist()
     table = comparison_table(table_rows, spec)
