@@ -136,15 +136,20 @@ def segments_spark(train: DataFrame, test_users: DataFrame, spec: CompareSpec) -
         )
     )
     popularity = train.groupBy("item").agg(sf.count(sf.lit(1)).alias("_n"))
-    n_items = popularity.count()
-    n_head = int(np.ceil(spec.head_share * n_items))
-    n_tail = int(np.floor(spec.tail_share * n_items))
-    # one global order of the items (a single partition: one row per training item)
-    pos = sf.row_number().over(Window.orderBy(sf.col("_n").desc(), sf.col("item").asc())) - 1
+    # one global order of the items (a single partition: one row per training item), and
+    # their number over the same window (no separate counting job)
+    order = Window.orderBy(sf.col("_n").desc(), sf.col("item").asc())
+    pos = sf.row_number().over(order) - 1
+    everyone = order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    n_items = sf.count(sf.lit(1)).over(everyone)
+    n_head = sf.ceil(sf.lit(float(spec.head_share)) * n_items)  # the doubles of np.ceil/floor
+    n_tail = sf.floor(sf.lit(float(spec.tail_share)) * n_items)
+    # in-process the tail is written after the head: an item in both is tail (100 items,
+    # head_share 0.07, tail_share 0.93: 0.07 * 100 = 7.000000000000001, so 8 head, 93 tail)
     bucket = (
-        sf.when(pos < n_head, "head").when(pos >= n_items - n_tail, "tail").otherwise("mid")
-        if n_tail
-        else sf.when(pos < n_head, "head").otherwise("mid")
+        sf.when((n_tail > 0) & (pos >= n_items - n_tail), "tail")
+        .when(pos < n_head, "head")
+        .otherwise("mid")
     )
     item_bucket = popularity.select("item", bucket.alias("bucket"))
     definitions = segment_definitions(spec, heavy_min)
@@ -347,8 +352,10 @@ _CENTRED = ("aa", "dd", "ad", "aaa", "ddd", "dda", "daa")  # PairMoments.sum_<na
 def _second_pass(
     rows: DataFrame, first: pd.DataFrame, hibs: Sequence[bool], spec: CompareSpec
 ) -> pd.DataFrame:
-    """Per segment and metric: sums of powers of ``a − mean a`` and ``d − mean d`` (the means
-    of the first pass), for the variances and skewness the normal intervals need."""
+    """Per segment of ``first`` and metric: sums of powers of ``a − mean a`` and ``d − mean d``
+    (the means of the first pass, written into the query as constants), for the variances
+    and skewness the normal intervals need. The caller passes only the segments where some
+    metric has ``NORMAL_MIN_N`` pairs: nothing else reads these sums."""
     from pyspark.sql import functions as sf
 
     means: dict[str, Any] = {_SEG: list(first.index)}
@@ -358,18 +365,27 @@ def _second_pass(
             means[f"ma{i}"] = np.where(n > 0, first[f"sa{i}"].to_numpy(np.float64) / n, 0.0)
             means[f"md{i}"] = np.where(n > 0, first[f"sd{i}"].to_numpy(np.float64) / n, 0.0)
     frame = pd.DataFrame(means)
-    small = rows.sparkSession.createDataFrame(frame)
-    joined = rows.join(sf.broadcast(small), _SEG)
+    seg = sf.col(_SEG)
+
+    def mean(column: str) -> Column:
+        """The segment's mean as a ``CASE`` of constants (one per segment)."""
+        pairs = list(zip(frame[_SEG], frame[column].to_numpy(np.float64), strict=True))
+        out = sf.when(seg == pairs[0][0], sf.lit(float(pairs[0][1])))
+        for name, value in pairs[1:]:
+            out = out.when(seg == name, sf.lit(float(value)))
+        return out
+
     aggs = []
     for i, hib in enumerate(hibs):
         a, _, d, ok, _, _ = _terms(i, hib, spec)
-        ac, dc = a - sf.col(f"ma{i}"), d - sf.col(f"md{i}")
+        ac, dc = a - mean(f"ma{i}"), d - mean(f"md{i}")
         powers = (ac * ac, dc * dc, ac * dc, ac * ac * ac, dc * dc * dc, dc * dc * ac, dc * ac * ac)
         aggs += [
             sf.sum(sf.when(ok, p)).alias(f"{name}{i}")
             for name, p in zip(_CENTRED, powers, strict=True)
         ]
-    out = pd.DataFrame(joined.groupBy(_SEG).agg(*aggs).toPandas()).set_index(_SEG)
+    mine = rows.filter(seg.isin(list(frame[_SEG])))
+    out = pd.DataFrame(mine.groupBy(_SEG).agg(*aggs).toPandas()).set_index(_SEG)
     return out.join(frame.set_index(_SEG))
 
 
@@ -402,7 +418,7 @@ class _SegmentPlan:
 def _segment_plan(
     segment: str,
     first: pd.Series,
-    second: pd.Series,
+    second: pd.Series | None,
     names: Sequence[str],
     hibs: Sequence[bool],
     spec: CompareSpec,
@@ -425,11 +441,12 @@ def _segment_plan(
         if int(first[f"n{i}"]) < 2:
             continue
         plan.rows_of[i] = {}
-        m = _moments(first, second, i)
-        if m.n >= stats.NORMAL_MIN_N and stats.normal_ok_from_moments(m):
-            plan.results[i] = stats.compare_from_moments(m, confidence=spec.confidence)
-        else:
-            plan.collect.append(i)
+        if second is not None and int(first[f"n{i}"]) >= stats.NORMAL_MIN_N:
+            m = _moments(first, second, i)
+            if stats.normal_ok_from_moments(m):
+                plan.results[i] = stats.compare_from_moments(m, confidence=spec.confidence)
+                continue
+        plan.collect.append(i)
     return plan
 
 
@@ -550,14 +567,19 @@ def compare_spark(
                 f"({only} differ, e.g. {first.loc['all', 'only_user']!r}); "
                 "compare models on the same split"
             )
-        second = _second_pass(rows, first, hibs, spec)
+        large = [
+            seg
+            for seg in first.index
+            if any(int(first.loc[seg, f"n{i}"]) >= stats.NORMAL_MIN_N for i in range(len(names)))
+        ]
+        second = _second_pass(rows, first.loc[large], hibs, spec) if large else pd.DataFrame()
         order = ["all", *(segments.names if segments else ()), *(f"items:{b}" for b in _BUCKETS)]
         plans: dict[str, _SegmentPlan] = {}
         for seg in order:
             if seg in first.index:
                 plans[seg] = _segment_plan(
-                    seg, first.loc[seg], second.loc[seg], names, hibs, spec,
-                    summaries if seg == "all" else None,
+                    seg, first.loc[seg], second.loc[seg] if seg in second.index else None,
+                    names, hibs, spec, summaries if seg == "all" else None,
                 )  # fmt: skip
         gsb = None
         if spec.gsb_metric in names and "all" in first.index:
