@@ -6,15 +6,23 @@ The baseline's and the candidate's per-user tables (``user`` plus one column per
 in Spark, stacked once per segment (``all``, the user segments of a small ``(user, segment)``
 table, the item-popularity buckets) and reduced by two Spark aggregations to a few numbers per
 segment × metric: paired count, sums, the differences' extremes, GSB good/bad counts (first
-pass), then sums of powers of the values centred on those means (second pass). From them the
-driver decides, as :func:`metrics.stats.compare_many` does, between
+pass), then, for the segments where some metric has ``NORMAL_MIN_N`` pairs, sums of powers of
+the values centred on those means (second pass). From them the driver decides, as
+:func:`metrics.stats.compare_many` does, between
 
 - the normal / delta-method intervals (``n >= NORMAL_MIN_N`` pairs and :func:`stats.normal_ok`'s
   conditions, checked from the centred moments and the largest squared difference): computed
   from the sums, O(1) on the driver;
-- the plain paired bootstrap otherwise: only that metric's two columns of that segment are
-  collected (ordered by user, the order of the in-process per-user tables) and passed to
-  ``compare_many`` itself, so both engines give the same numbers at every size.
+- the plain paired bootstrap otherwise: the bootstrapped metrics' two columns of those
+  segments (and the GSB metric's differences) are collected in one Spark job, ordered by user
+  on the driver (the order of the in-process per-user tables), and passed to ``compare_many``
+  itself, so both engines give the same numbers at every size.
+
+The item-bucket tables of both models come from one :func:`evaluate_spark` call
+(:func:`bucket_tables_spark`). The quick experiment's comparison runs 15 Spark jobs (66 with
+one evaluation per model and bucket and one collection per segment; counted from Spark's event
+log), most of them broadcasts of small join sides; their number no longer grows with the
+number of bootstrapped segments.
 
 The result is the :class:`harness.compare.PairComparison` the gate, the report and MLflow
 logging consume; ``differences`` holds the GSB metric's per-user differences only (what the
