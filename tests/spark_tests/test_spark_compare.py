@@ -19,6 +19,7 @@ from harness.spark.aggregate import _pairs_histogram, _pooled_pairs
 from harness.spark.compare import (
     SparkSegments,
     _linear_quantile,
+    bucket_tables_spark,
     compare_models_spark,
     compare_spark,
     segments_spark,
@@ -275,6 +276,43 @@ def test_segments_and_item_buckets_through_the_engine(
     )  # fmt: skip
     assert notes == [] and len(pairs) == 1
     assert_same(pairs[0], ref)
+
+
+@pytest.mark.parametrize("kind", ["int", "str"])
+def test_bucket_tables_are_one_evaluation_per_model_and_bucket(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
+    """bucket_tables_spark (one evaluate_spark for both models and all buckets) gives, per
+    bucket and model, exactly metrics.evaluate's per-user values on that bucket's truth rows
+    and its users' lists, computed here in pandas; ids keep their type; a bucket without test
+    items gets empty tables."""
+    train, qrels, recs = dataset(kind)
+    names = ["ndcg@10", "recall@5", "precision@10"]
+    item_bucket = segment_data(train, np.sort(qrels["user"].unique()), CompareSpec()).item_bucket
+    frame = pd.DataFrame({"item": item_bucket.index, "bucket": item_bucket.to_numpy()})
+    spark_buckets = _frame(spark, frame, "buckets")
+    srecs = (_frame(spark, recs[0], "recs"), _frame(spark, recs[1], "recs"))
+    bucket_of = item_bucket.reindex(qrels["item"]).fillna("tail").to_numpy()
+    for truth_rows, empty in ((qrels, set()), (qrels[bucket_of == "head"], {"mid", "tail"})):
+        got = bucket_tables_spark(
+            _frame(spark, truth_rows, "qrels"), srecs, names, spark_buckets, tmp_path / "b"
+        )
+        assert list(got) == ["head", "mid", "tail"]
+        of = item_bucket.reindex(truth_rows["item"]).fillna("tail").to_numpy()
+        for bucket, tables in got.items():
+            truth = truth_rows[of == bucket]
+            assert truth.empty == (bucket in empty)
+            for r, table in zip(recs, tables, strict=True):
+                mine = table.toPandas().set_index("user").sort_index()
+                if truth.empty:
+                    assert mine.empty
+                    continue
+                run = r[r["user"].isin(truth["user"])]
+                run = run.assign(score=-run["rank"].astype(np.float64))
+                ref = metrics.evaluate(truth, run[["user", "item", "score"]], names).per_user
+                assert mine.index.dtype == ref.index.dtype
+                assert mine.index.tolist() == ref.sort_index().index.tolist()
+                np.testing.assert_array_equal(mine[names].to_numpy(), ref.sort_index().to_numpy())
 
 
 # ------------------------------------------------------------- global AUC: bounded state
