@@ -249,11 +249,14 @@ def bucket_tables_spark(
 # ---------------------------------------------------------------------------------------------
 def _values(per_user: DataFrame, names: Sequence[str], side: str, what: str) -> DataFrame:
     """``user`` and the metric columns renamed ``a0, a1, …`` (or ``b…``) as doubles."""
-    from pyspark.sql import functions as sf
-
     require_columns(per_user.columns, ("user",), what)
-    cols = [sf.col(f"`{n}`").cast("double").alias(f"{side}{i}") for i, n in enumerate(names)]
-    return per_user.select("user", *cols)
+    cols = [f"CAST({_quoted(n)} AS DOUBLE) AS `{side}{i}`" for i, n in enumerate(names)]
+    return per_user.selectExpr("`user`", *cols)
+
+
+def _quoted(name: str) -> str:
+    """A column name as an SQL identifier (``ndcg@10`` → ```ndcg@10```)."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _stacked(
@@ -286,16 +289,16 @@ def _stacked(
         xb = _values(pb, ranked, "b", f"items:{bucket} per-user table")
         joined = xa.join(xb, "user")  # harness.compare: b reindexed on a, NaN pairs dropped
         cols = [
-            sf.col(f"{s}{ranked.index(names[i])}") if i in at else sf.lit(None).cast("double")
+            f"`{s}{ranked.index(names[i])}`" if i in at else "CAST(NULL AS DOUBLE)"
             for s in "ab"
             for i in range(len(names))
         ]
         parts.append(
-            joined.select(
-                sf.lit(f"items:{bucket}").alias(_SEG),
-                "user",
-                *[c.alias(m) for c, m in zip(cols, metric_cols, strict=True)],
-                sf.lit(0).alias("_only"),
+            joined.selectExpr(
+                f"'items:{bucket}' AS `{_SEG}`",
+                "`user`",
+                *[f"{c} AS `{m}`" for c, m in zip(cols, metric_cols, strict=True)],
+                "0 AS `_only`",
             )
         )
     out = parts[0]
