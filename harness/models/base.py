@@ -22,7 +22,9 @@ for item ids the model does not know (absent from training). Scores are finite o
 ``recommend_with_auc(users, k, relevant_users, relevant_items)`` returns ``recommend``'s output
 plus the AUC counts of every ranked candidate (``metrics.scores.AucCounts``), counted from the same
 score rows, so ``auc``/``gauc``/``global_auc`` cover the whole ranked catalog; ``scores_catalog``
-says whether a model has it (models that implement ``_score``).
+says whether a model has it (models that implement ``_score``). ``rank_positions(users, k)``
+(and ``recommend_with_auc(..., positions=True)``) give the same lists as positions in
+``item_ids_`` (``-1``: padding), so a caller building one long table takes each id once.
 
 Optional capabilities are duck-typed: a model *can predict ratings* iff it has a method
 ``predict_ratings(users, items) -> float64[n]`` for ``n`` (user, item) pairs (see
