@@ -166,7 +166,7 @@ def _recommendations(
 def _take(values: np.ndarray, at: np.ndarray) -> Any:
     """``values[at]``; Python strings as pandas' ``str`` column taken from one Arrow copy of
     ``values`` (pandas would otherwise encode each of the ``len(at)`` copies: 10M list rows
-    of 1M users, 4.5 -> 0.5 s CPU, measured)."""
+    of 1M users, 3.5 -> 0.4 s CPU, measured)."""
     if values.dtype == object and len(values):
         try:
             text = pa.array(values, type=pa.large_string())
@@ -311,9 +311,8 @@ def _rank_catalog(
     catalog-wide AUC counts when score metrics are asked and the model can count them while
     ranking; the AUC scope is recorded in ``outcome``. Models that score the catalog give
     positions in their item ids, so text ids are not copied per list entry."""
-    catalog = None
-    if isinstance(model, BaseRecommender) and model.scores_catalog:
-        catalog = model.item_ids_
+    base = model if isinstance(model, BaseRecommender) and model.scores_catalog else None
+    catalog = None if base is None else base.item_ids_
     if not score_names or not _scores_catalog(model):
         if score_names:
             outcome.info["auc_scope"] = "topk"
@@ -322,8 +321,8 @@ def _rank_catalog(
                 f"{type(model).__name__} does not score the whole catalog (a user whose list "
                 "is all hits or has none gets NaN)"
             )
-        if catalog is not None:
-            at, scores = model.rank_positions(users, suite.k)  # type: ignore[attr-defined]
+        if base is not None:
+            at, scores = base.rank_positions(users, suite.k)
         else:
             at, scores = model.recommend(users, suite.k)
         return _recommendations(users, np.asarray(at), np.asarray(scores), catalog), None
