@@ -9,6 +9,8 @@ Ids include strings whose fingerprints collide (same length and last 8 bytes), s
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -210,3 +212,46 @@ def test_object_ids_take_the_cut():
     prep = prepare(q, r, Options(), depth=1)
     assert prep.depth == 1 and list(prep.item_ids(prep.run_items)) == ["c"]
     assert sorted(prep.run_item_ids()) == ["a", "b", "c"]
+
+
+def _threaded_tables(seed: int, grouped: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """300 users with 1-40 text items each (scores tie in threes), text qrels."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(300):
+        for i in rng.choice(1000, size=rng.integers(1, 40), replace=False):
+            rows.append((f"u{u}", f"i{i:04d}", float(rng.integers(0, 3))))
+    run = pd.DataFrame(rows, columns=["user", "item", "score"])
+    if not grouped:
+        run = run.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    qrels = run.sample(frac=0.3, random_state=seed)[["user", "item"]].assign(relevance=1)
+    return qrels.reset_index(drop=True), run
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_cut_in_many_blocks_on_threads_gives_the_same_numbers_and_first_error(monkeypatch, grouped):
+    # tiny pieces and blocks: fingerprints, neighbour comparisons, the cut and the encoding of
+    # the kept rows all run in many pieces on threads; the reference reads every row (auc)
+    from metrics import engine
+
+    qrels, run = _threaded_tables(11, grouped)
+    dup = run.copy()
+    # two duplicates in different users: the error names the first in batch order
+    twice = {}
+    for user in ("u7", "u250"):
+        at = dup.index[dup["user"] == user][0]
+        twice[user] = dup.loc[at, "item"]
+        dup = pd.concat([dup, dup.loc[[at]].assign(score=-1.0)], ignore_index=True)
+    want = metrics.evaluate(qrels, run, [*CUT, "auc"], tie_break="item_desc").per_user[CUT]
+    want_error = _outcome(qrels, dup, ["precision@1", "auc"])
+    # u250's list (13 rows) is in a shorter length class than u7's (35): batched first
+    assert want_error == (
+        f"run has duplicate (user, item) rows: user 'u250', item {twice['u250']!r} appears more "
+        "than once"
+    )
+    monkeypatch.setattr(engine, "PIECE_ROWS", 97)
+    monkeypatch.setattr(engine, "_CUT_CELLS", 64)
+    assert engine.workers(len(run)) == min(os.cpu_count() or 1, 4)
+    got = metrics.evaluate(qrels, run, CUT, tie_break="item_desc")
+    pd.testing.assert_frame_equal(got.per_user, want)
+    assert _outcome(qrels, dup, ["precision@1"]) == want_error
