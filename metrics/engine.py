@@ -187,11 +187,21 @@ class _Coded:
         """Number of rows over all pieces."""
         return sum(len(c) for c in self.codes)
 
+    @classmethod
+    def of(cls, parts: list[tuple[np.ndarray, pa.Array]]) -> _Coded:
+        """From (codes, values) pieces such as :func:`_encode` gives."""
+        return cls([c for c, _ in parts], [v for _, v in parts])
+
+
+def _piece_rows(rows: int) -> int:
+    """Rows per piece of a ``rows``-row column: at least :data:`PIECE_ROWS`, one per worker."""
+    return max(PIECE_ROWS, -(-rows // workers(rows)))
+
 
 def _pieces(data: pa.ChunkedArray | pa.Array) -> list[pa.Array]:
-    """``data`` in pieces of at least :data:`PIECE_ROWS` rows, one per worker (none empty)."""
+    """``data`` in pieces of :func:`_piece_rows` rows at most (none empty)."""
     chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
-    size = max(PIECE_ROWS, -(-len(data) // workers(len(data))))
+    size = _piece_rows(len(data))
     return [c.slice(lo, size) for c in chunks for lo in range(0, len(c), size)]
 
 
@@ -203,8 +213,7 @@ def _encode(piece: pa.Array) -> tuple[np.ndarray, pa.Array]:
 
 def _encode_pieces(data: pa.ChunkedArray | pa.Array, pool: Executor | None) -> _Coded:
     """Arrow strings dictionary-encoded in pieces (on ``pool``), each with its own values."""
-    parts = _map(pool, _encode, _pieces(data) or [pa.array([], pa.large_string())])
-    return _Coded([c for c, _ in parts], [v for _, v in parts])
+    return _Coded.of(_map(pool, _encode, _pieces(data) or [pa.array([], pa.large_string())]))
 
 
 def _missing_id(what: str, column: object, row: int) -> ValueError:
@@ -233,7 +242,7 @@ def _block_starts(data: pa.ChunkedArray, pool: Executor | None) -> np.ndarray:
     """Rows (int64) where a block of equal neighbours starts, row 0 first; ``len(data) > 1``.
     Neighbours are compared in pieces on ``pool``."""
     n = len(data) - 1
-    size = max(PIECE_ROWS, -(-n // workers(n)))
+    size = _piece_rows(n)
 
     def part(lo: int) -> np.ndarray:
         m = min(size, n - lo)
@@ -733,8 +742,7 @@ def prepare(
                 pool,
             )
             pieces = np.array_split(kept, workers(len(kept)))
-            parts = _map(pool, lambda rows: _encode(text(rows)), pieces)
-            kept_coded = _Coded([c for c, _ in parts], [v for _, v in parts])
+            kept_coded = _Coded.of(_map(pool, lambda rows: _encode(text(rows)), pieces))
             (q_item, r_item), distinct = _link([q_coded, kept_coded], pool)
         item_values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)
         offset, span = 0, len(item_values)
