@@ -28,7 +28,6 @@ from harness.datasets import Dataset
 from harness.models import (
     PAD_ITEM_INT,
     PAD_ITEM_OBJECT,
-    BaseRecommender,
     Recommender,
     padding_mask,
 )
@@ -309,10 +308,11 @@ def _rank_catalog(
 ) -> tuple[pd.DataFrame, metrics.scores.AucCounts | None]:
     """Top-k over the full catalog as a long table (:func:`_recommendations`), with
     catalog-wide AUC counts when score metrics are asked and the model can count them while
-    ranking; the AUC scope is recorded in ``outcome``. Models that score the catalog give
-    positions in their item ids, so text ids are not copied per list entry."""
-    base = model if isinstance(model, BaseRecommender) and model.scores_catalog else None
-    catalog = None if base is None else base.item_ids_
+    ranking; the AUC scope is recorded in ``outcome``. Models with positions (a
+    ``position_ids_`` that is not ``None``: those scoring the catalog, ``PrecomputedScores``)
+    give their lists as positions in those ids, so text ids are not copied per list entry."""
+    rank_positions = getattr(model, "rank_positions", None)  # duck-typed, as in harness.models
+    catalog = None if rank_positions is None else getattr(model, "position_ids_", None)
     if not score_names or not _scores_catalog(model):
         if score_names:
             outcome.info["auc_scope"] = "topk"
@@ -321,8 +321,8 @@ def _rank_catalog(
                 f"{type(model).__name__} does not score the whole catalog (a user whose list "
                 "is all hits or has none gets NaN)"
             )
-        if base is not None:
-            at, scores = base.rank_positions(users, suite.k)
+        if rank_positions is not None and catalog is not None:
+            at, scores = rank_positions(users, suite.k)
         else:
             at, scores = model.recommend(users, suite.k)
         return _recommendations(users, np.asarray(at), np.asarray(scores), catalog), None

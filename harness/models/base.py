@@ -25,6 +25,9 @@ score rows, so ``auc``/``gauc``/``global_auc`` cover the whole ranked catalog; `
 says whether a model has it (models that implement ``_score``). ``rank_positions(users, k)``
 (and ``recommend_with_auc(..., positions=True)``) give the same lists as positions in
 ``item_ids_`` (``-1``: padding), so a caller building one long table takes each id once.
+Positions are a duck-typed capability: a model whose ``position_ids_`` is not ``None`` has
+``rank_positions`` giving ``recommend``'s lists as positions in ``position_ids_``
+(``item_ids_`` here when the model scores the catalog; ``PrecomputedScores``: its file's items).
 
 Optional capabilities are duck-typed: a model *can predict ratings* iff it has a method
 ``predict_ratings(users, items) -> float64[n]`` for ``n`` (user, item) pairs (see
@@ -304,6 +307,12 @@ class BaseRecommender:
         users, k, exclude = self._recommend_args(users, k, exclude_seen)
         positions, scores, _, _ = self._rank(users, k, exclude, None)
         return positions, scores
+
+    @property
+    def position_ids_(self) -> np.ndarray | None:
+        """The ids ``rank_positions``' positions index: ``item_ids_`` when the model ranks the
+        catalog with the base ``recommend`` (``scores_catalog``), else ``None`` (no positions)."""
+        return self.item_ids_ if self.scores_catalog else None
 
     def _ids_at(self, positions: np.ndarray) -> np.ndarray:
         """Item ids at ``positions`` of ``item_ids_``; the padding id where ``-1``."""

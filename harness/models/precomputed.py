@@ -27,6 +27,7 @@ from harness.data import ITEM, USER, normalize_ids
 from harness.models.base import (
     BaseRecommender,
     _indptr,
+    _pad_id,
     _rank_order,
     _take_lists,
     candidate_arrays,
@@ -52,7 +53,8 @@ class PrecomputedScores(BaseRecommender):
     warning). Items absent from the training catalog are kept in the lists (the file decides;
     counted in ``stats_["items_unknown"]``). ``exclude_seen`` (default ``False``) drops the
     user's training items from the file's lists. ``score_items`` gives the file's score, ``NaN``
-    for pairs not in the file.
+    for pairs not in the file. ``rank_positions`` gives ``recommend``'s lists as positions in
+    ``position_ids_`` (the file's sorted distinct items), which is how the lists are stored.
 
     ``stats_`` after ``fit``: ``rows``, ``users_in_file``, ``items_in_file``,
     ``users_not_in_train`` (file users absent from training), ``items_unknown`` (file items absent
@@ -126,14 +128,19 @@ class PrecomputedScores(BaseRecommender):
             hit = self.interactions_[ru[known], ri[known]]
             seen[known] = np.asarray(hit).ravel() > 0
 
+        # Lists hold positions in the file's sorted items (their codes: ranking by code is ranking
+        # by id), not one id object per row; ids are taken only in ``recommend``.
         self._file_users = pd.Index(file_users)
-        order = _rank_order(user_codes, items, scores)
-        owner, ranked_items, ranked_scores = user_codes[order], items[order], scores[order]
-        self._lists = (_indptr(owner, file_users.size), ranked_items, ranked_scores)
+        file_items.flags.writeable = False
+        self._file_items = file_items
+        order = _rank_order(user_codes, item_codes, scores)
+        owner, ranked_at = user_codes[order], item_codes[order].astype(np.int64, copy=False)
+        ranked_scores = scores[order]
+        self._lists = (_indptr(owner, file_users.size), ranked_at, ranked_scores)
         keep = ~seen[order]
         self._unseen_lists = (
             _indptr(owner[keep], file_users.size),
-            ranked_items[keep],
+            ranked_at[keep],
             ranked_scores[keep],
         )
         self._keys, self._key_scores = sorted_keys, scores[by_key]
@@ -231,6 +238,35 @@ class PrecomputedScores(BaseRecommender):
         self, users: np.ndarray, k: int, *, exclude_seen: bool | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` of each user's file rows (module doc); no list: an all-padding row."""
+        positions, scores = self._positions(users, k, exclude_seen)
+        return self._ids_at(positions), scores
+
+    @property
+    def position_ids_(self) -> np.ndarray:
+        """The file's distinct item ids, sorted (``recommend``'s id dtype): what
+        ``rank_positions``' positions index."""
+        return self._file_items
+
+    def rank_positions(
+        self, users: np.ndarray, k: int, *, exclude_seen: bool | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``recommend``'s lists as positions in ``position_ids_`` (``-1`` where padded) and
+        scores, with the same checks, warning and ``stats_``: text ids are then taken once."""
+        return self._positions(users, k, exclude_seen)
+
+    def _ids_at(self, positions: np.ndarray) -> np.ndarray:
+        """Item ids at ``positions`` of ``position_ids_``; the padding id where ``-1``."""
+        ids = self._file_items[positions]
+        pad = positions < 0
+        if pad.any():
+            ids[pad] = _pad_id(self._file_items)
+        return ids
+
+    def _positions(
+        self, users: np.ndarray, k: int, exclude_seen: bool | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Checked arguments, ``stats_`` and the missing-users warning (at the public caller's
+        caller), then the lists as ``(positions, scores)``."""
         if not hasattr(self, "stats_"):
             raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(train) first")
         if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
@@ -251,10 +287,12 @@ class PrecomputedScores(BaseRecommender):
                 f"requested user(s) have no list in the file, e.g. {example}; they get "
                 f"all-padding rows",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         lists = self._unseen_lists if exclude else self._lists
-        return _take_lists(*lists, codes, int(k))
+        positions, scores = _take_lists(*lists, codes, int(k))
+        positions[np.isneginf(scores)] = -1  # real scores are finite: -inf is padding
+        return positions, scores
 
     def score_items(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
         """The file's score of each (user, candidate item); ``NaN`` where the file has none."""
