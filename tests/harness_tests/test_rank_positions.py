@@ -126,10 +126,11 @@ def naive_file_lists(
 
 
 @st.composite
-def file_cases(draw: st.DrawFn) -> tuple[list[tuple], list[tuple], np.ndarray, str]:
+def file_cases(draw: st.DrawFn) -> tuple[list[tuple], list[tuple], np.ndarray, str, list, list]:
     """A file of (user, item, score) rows with tied scores, a training set sharing some of its
     pairs, requested users of which some have no row in the file, integer or text ids (text
-    order differs from integer order: "i10" < "i9"), CSV or Parquet."""
+    order differs from integer order: "i10" < "i9") or integers on one side only (then both
+    are compared as text), CSV or Parquet. Last: the rows and pairs as the reference sees them."""
     n_users, n_items = draw(st.integers(1, 5)), draw(st.integers(1, 12))
     cells = st.tuples(st.integers(0, n_users - 1), st.integers(0, n_items - 1))
     pairs = draw(st.lists(cells, min_size=1, max_size=30, unique=True))
@@ -139,11 +140,20 @@ def file_cases(draw: st.DrawFn) -> tuple[list[tuple], list[tuple], np.ndarray, s
     train = draw(st.lists(st.one_of(st.sampled_from(pairs), cells), min_size=1, max_size=15))
     asked = sorted(draw(st.lists(st.integers(0, n_users + 2), min_size=1, max_size=7, unique=True)))
     rows = [(u, i, s) for (u, i), s in zip(pairs, scores, strict=True)]
-    if draw(st.booleans()):
-        rows = [(f"u{u}", f"i{i}", s) for u, i, s in rows]
-        train = [(f"u{u}", f"i{i}") for u, i in train]
-        return rows, train, np.array([f"u{u}" for u in asked], dtype=object), draw(FORMAT)
-    return rows, train, np.array(asked, dtype=np.int64), draw(FORMAT)
+    text_rows = [(f"u{u}", f"i{i}", s) for u, i, s in rows]
+    text_train = [(f"u{u}", f"i{i}") for u, i in train]
+    kind, fmt = draw(st.sampled_from(["int", "text", "file int", "train int"])), draw(FORMAT)
+    if kind == "int":
+        return rows, train, np.array(asked, dtype=np.int64), fmt, rows, train
+    if kind == "text":
+        users = np.array([f"u{u}" for u in asked], dtype=object)
+        return text_rows, text_train, users, fmt, text_rows, text_train
+    as_text = [(str(u), str(i), s) for u, i, s in rows]  # "10" < "9"
+    if kind == "file int":
+        users = np.array([str(u) for u in asked], dtype=object)
+        return rows, text_train, users, fmt, as_text, text_train
+    users = np.array([f"u{u}" for u in asked], dtype=object)
+    return text_rows, train, users, fmt, text_rows, [(str(u), str(i)) for u, i in train]
 
 
 FORMAT = st.sampled_from(["csv", "parquet"])
@@ -166,10 +176,10 @@ def fitted_file(
 @settings(max_examples=150, deadline=None)
 @given(file_cases(), st.integers(1, 9), st.booleans())
 def test_precomputed_positions_give_recommends_table(case: tuple, k: int, exclude: bool) -> None:
-    rows, train, users, fmt = case
+    rows, train, users, fmt, naive_rows, naive_train = case
     with tempfile.TemporaryDirectory() as folder:
         model = fitted_file(Path(folder), rows, train, fmt, exclude)
-    absent = len({u for u in users.tolist()} - {r[0] for r in rows})
+    absent = len({u for u in users.tolist()} - {r[0] for r in naive_rows})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ids, scores = model.recommend(users, k)
@@ -179,7 +189,7 @@ def test_precomputed_positions_give_recommends_table(case: tuple, k: int, exclud
     assert [w.filename for w in caught] == [__file__] * (2 if absent else 0)
     assert model.stats_ == stats and stats["users_without_list"] == absent
 
-    want_ids, want_scores = naive_file_lists(rows, set(train), users, k, exclude)
+    want_ids, want_scores = naive_file_lists(naive_rows, set(naive_train), users, k, exclude)
     assert ids.dtype == want_ids.dtype and np.array_equal(ids, want_ids)
     assert np.array_equal(scores, want_scores)
     assert at.dtype == np.int64 and np.array_equal(at_scores, scores)
