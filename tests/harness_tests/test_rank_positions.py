@@ -199,7 +199,7 @@ def test_precomputed_positions_give_recommends_table(case: tuple, k: int, exclud
     want = naive_table(users, ids, scores)
     pd.testing.assert_frame_equal(_recommendations(users, at, at_scores, model.position_ids_), want)
     # the run's path takes positions (recommend is not called) and gives the same table
-    model.recommend = None  # type: ignore[assignment, method-assign]
+    model.recommend = None
     qrels = pd.DataFrame({"user": users, "item": ids[:, 0], "relevance": 1.0})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -220,7 +220,9 @@ def test_position_ids_only_where_positions_mean_recommend() -> None:
     class Reversed(PopularityModel):
         """A model that ranks its own way: its positions would not be its lists."""
 
-        def recommend(self, users, k, *, exclude_seen=None):  # type: ignore[no-untyped-def]
+        def recommend(
+            self, users: np.ndarray, k: int, *, exclude_seen: bool | None = None
+        ) -> tuple[np.ndarray, np.ndarray]:
             ids, scores = super().recommend(users, k, exclude_seen=exclude_seen)
             return ids[:, ::-1], scores[:, ::-1]
 
