@@ -627,6 +627,12 @@ def normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
     return _normalize_ids(s, source, label)[0]
 
 
+def normalize_ids_coded(s: pd.Series, source: str, label: str) -> tuple[pd.Series, IdCodes | None]:
+    """:func:`normalize_ids` and, for a text result, its :class:`IdCodes` (the one hash of the
+    column it made), so a caller that encodes the ids need not hash them again."""
+    return _normalize_ids(s, source, label)
+
+
 def _normalize_ids(s: pd.Series, source: str, label: str) -> tuple[pd.Series, IdCodes | None]:
     """:func:`normalize_ids` and, for a text result, its :class:`IdCodes`."""
     nulls = s.isna().to_numpy()

@@ -23,7 +23,7 @@ from typing import Any, Self
 import numpy as np
 import pandas as pd
 
-from harness.data import ITEM, USER, normalize_ids
+from harness.data import ITEM, USER, IdCodes, normalize_ids, normalize_ids_coded
 from harness.models.base import (
     BaseRecommender,
     _indptr,
@@ -94,10 +94,10 @@ class PrecomputedScores(BaseRecommender):
         table = self._read()
         source = self.path
         user_codes, file_users, train_users = _coded_ids(
-            normalize_ids(table[USER], source, self._label(USER)), self.user_ids_
+            *normalize_ids_coded(table[USER], source, self._label(USER)), self.user_ids_
         )
         item_codes, file_items, train_items = _coded_ids(
-            normalize_ids(table[ITEM], source, self._label(ITEM)), self.item_ids_
+            *normalize_ids_coded(table[ITEM], source, self._label(ITEM)), self.item_ids_
         )
         scores = self._scores(table[SCORE])
 
@@ -330,12 +330,17 @@ def _common_ids(file_ids: pd.Series, train_ids: np.ndarray) -> tuple[np.ndarray,
 
 
 def _coded_ids(
-    file_ids: pd.Series, train_ids: np.ndarray
+    file_ids: pd.Series, known: IdCodes | None, train_ids: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Codes of the file's ids in their sorted distinct values, those values and the training
-    ids, compared as ``_common_ids`` says. The column is encoded as it is and only its distinct
-    values are converted: text never becomes one Python string per row (20M rows: seconds)."""
-    codes, uniques = pd.factorize(file_ids, sort=True)
+    ids, compared as ``_common_ids`` says. The column is encoded as it is (text: from the codes
+    its validation made, ``known``) and only its distinct values are converted and sorted:
+    text never becomes one Python string per row, nor is hashed twice (20M rows: seconds)."""
+    if known is None:
+        codes, uniques = pd.factorize(file_ids, sort=True)
+    else:
+        rank, uniques = pd.factorize(known.uniques, sort=True)  # distinct already: a sort
+        codes = rank[known.codes]
     distinct, train = _common_ids(pd.Series(uniques, copy=False), train_ids)
     if distinct.dtype == object and pd.api.types.is_integer_dtype(file_ids.dtype):
         recode, distinct = pd.factorize(distinct, sort=True)  # integers as text: text order
