@@ -18,11 +18,11 @@ the values centred on those means (second pass). From them the driver decides, a
   on the driver (the order of the in-process per-user tables), and passed to ``compare_many``
   itself, so both engines give the same numbers at every size.
 
-The item-bucket tables of both models come from one :func:`evaluate_spark` call
-(:func:`bucket_tables_spark`). The quick experiment's comparison runs 15 Spark jobs (66 with
-one evaluation per model and bucket and one collection per segment; counted from Spark's event
-log), most of them broadcasts of small join sides; their number no longer grows with the
-number of bootstrapped segments.
+The item-bucket tables of all compared models come from one :func:`evaluate_spark` call per
+run (:func:`bucket_tables_spark`), each pair taking its two models' slices. The quick
+experiment's comparison runs 15 Spark jobs (66 with one evaluation per model and bucket and one
+collection per segment; counted from Spark's event log), most of them broadcasts of small join
+sides; their number no longer grows with the number of bootstrapped segments.
 
 The result is the :class:`harness.compare.PairComparison` the gate, the report and MLflow
 logging consume; ``differences`` holds the GSB metric's per-user differences only (what the
@@ -166,31 +166,33 @@ def segments_spark(train: DataFrame, test_users: DataFrame, spec: CompareSpec) -
 
 def bucket_tables_spark(
     qrels: DataFrame,
-    recs: tuple[DataFrame, DataFrame],
+    recs: Sequence[DataFrame],
     names: Sequence[str],
     item_bucket: DataFrame,
     folder: str | os.PathLike[str],
     options: Mapping[str, Any] | None = None,
-) -> dict[str, tuple[DataFrame, DataFrame]]:
-    """Per item bucket, both models' per-user metrics judged only against each user's test items
+) -> dict[str, tuple[DataFrame, ...]]:
+    """Per item bucket, each model's per-user metrics judged only against each user's test items
     in that bucket (items unseen in training count as tail), as ``harness.compare`` defines
-    them, from one :func:`evaluate_spark` call for both models and all buckets.
+    them, from one :func:`evaluate_spark` call for all the models of ``recs`` and all buckets.
 
-    Its user key is ``model + bucket + user`` as text (``a``/``b``, ``h``/``m``/``t``, then the
-    id): a key's truth is the user's test items in the bucket, its list the model's list of the
-    user (``user, item, rank``; score ``−rank``), for each (bucket, user) the truth has. A key's
-    values depend only on its own rows and the options, so they are those of one evaluation
-    per model and bucket. ``buckets`` defaults to six times ``evaluate_spark``'s default: as
-    many user groups as six separate calls, each holding as many rows. The per-key table is
-    written under ``folder`` as Parquet; each returned table is one (model, bucket) slice of it
-    read back, with the user ids of their original type. A bucket without test items gets two
-    empty tables (:func:`compare_spark` writes no row for it)."""
+    Its user key is ``model + bucket + user`` as text (the model's index in ``recs``
+    zero-padded to a fixed width, ``h``/``m``/``t``, then the id): a key's truth is the user's
+    test items in the bucket, its list the model's list of the user (``user, item, rank``;
+    score ``−rank``), for each (bucket, user) the truth has. A key's values depend only on its
+    own rows and the options, so they are those of one evaluation per model and bucket.
+    ``buckets`` defaults to ``3 × len(recs)`` times ``evaluate_spark``'s default: as many user
+    groups as one call per model and bucket, each holding as many rows. The per-key table is
+    written under ``folder`` as Parquet (``folder/items``); each returned table is one (model,
+    bucket) slice of it read back, with the user ids of their original type, in ``recs``
+    order. A bucket without test items gets empty tables (:func:`compare_spark` writes no row
+    for it)."""
     from pyspark.sql import functions as sf
 
     from harness.spark.io import _common_kind
     from harness.spark.metrics import evaluate_spark
 
-    if not names:
+    if not names or not recs:
         return {}
     spark = qrels.sparkSession
     require_columns(qrels.columns, ("user", "item", "relevance"), "qrels")
@@ -200,32 +202,36 @@ def bucket_tables_spark(
         kinds.append(_common_kind(qrels, r, "user"))
         _common_kind(qrels, r, "item")
     kind = kinds[0]
-    sides = "ab"
+    width = len(str(len(recs) - 1))
+    tags = [str(m).zfill(width) for m in range(len(recs))]  # a fixed width: "0".."9", "00"..
     bucket = sf.coalesce(sf.col("bucket"), sf.lit("tail"))
     code = sf.when(bucket == "head", "h").when(bucket == "mid", "m").otherwise("t")
     judged = qrels.join(item_bucket.select("item", "bucket"), "item", "left").select(
         "user", "item", "relevance", code.alias("_code")
     )
-    key = sf.concat("_side", "_code", sf.col("user").cast("string")).alias("user")
-    both = sf.explode(sf.array(*[sf.lit(s) for s in sides])).alias("_side")
-    truth = judged.select(both, "user", "item", "relevance", "_code").select(
+    key = sf.concat("_tag", "_code", sf.col("user").cast("string")).alias("user")
+    every = sf.explode(sf.array(*[sf.lit(t) for t in tags])).alias("_tag")
+    truth = judged.select(every, "user", "item", "relevance", "_code").select(
         key, "item", "relevance"
     )
     listed = [
         r.select(
-            sf.lit(s).alias("_side"),
+            sf.lit(t).alias("_tag"),
             "user",
             "item",
             (-sf.col("rank")).cast("double").alias("score"),
         )
-        for s, r in zip(sides, recs, strict=True)
+        for t, r in zip(tags, recs, strict=True)
     ]
+    stacked = listed[0]
+    for part in listed[1:]:
+        stacked = stacked.unionByName(part)
     pairs = judged.select("user", "_code").distinct()
-    lists = listed[0].unionByName(listed[1]).join(pairs, "user").select(key, "item", "score")
+    lists = stacked.join(pairs, "user").select(key, "item", "score")
     opts = dict(options or {})
     groups = opts.pop("buckets", None)
     if groups is None:
-        groups = 6 * 2 * int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+        groups = 3 * len(recs) * 2 * int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
     path = os.path.join(os.fspath(folder), "items")
     evaluate_spark(
         truth, lists, list(names), spark=spark, buckets=groups, per_user_path=path,
@@ -233,15 +239,14 @@ def bucket_tables_spark(
     )  # fmt: skip
     table = spark.read.parquet(path)
     values = [sf.col(f"`{c}`") for c in table.columns if c != "user"]
-    user = sf.col("user").substr(sf.lit(3), sf.length("user")).cast(kind).alias("user")
-    out: dict[str, tuple[DataFrame, DataFrame]] = {}
-    for name in _BUCKETS:
-        a, b = (
-            table.filter(sf.col("user").startswith(s + name[0])).select(user, *values)
-            for s in sides
+    start = sf.lit(width + 2)  # 1-based: after the tag and the bucket code
+    user = sf.col("user").substr(start, sf.length("user")).cast(kind).alias("user")
+    return {
+        name: tuple(
+            table.filter(sf.col("user").startswith(t + name[0])).select(user, *values) for t in tags
         )
-        out[name] = (a, b)
-    return out
+        for name in _BUCKETS
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,7 +269,7 @@ def _stacked(
     b: DataFrame,
     names: Sequence[str],
     segments: SparkSegments | None,
-    buckets: Mapping[str, tuple[DataFrame, DataFrame]],
+    buckets: Mapping[str, Sequence[DataFrame]],
     ranked: Sequence[str],
 ) -> DataFrame:
     """One row per (segment, user): ``all`` (with ``_only`` = 1 for a user of one table only),
@@ -560,7 +565,7 @@ def compare_spark(
     candidate: str = "candidate",
     summaries: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
     segments: SparkSegments | None = None,
-    buckets: Mapping[str, tuple[DataFrame, DataFrame]] | None = None,
+    buckets: Mapping[str, Sequence[DataFrame]] | None = None,
     max_differences: int = 200_000,
 ) -> PairComparison:
     """:func:`harness.compare.compare_pair` of two per-user Spark tables (``user`` plus one
@@ -647,7 +652,8 @@ def compare_models_spark(
     """:func:`harness.compare.compare_models` on Spark: every model of ``per_user`` against
     ``spec.baseline``. With ``spec.segments``, ``train``, ``qrels`` (``user, item,
     relevance``), each model's top-k lists ``recs`` (``user, item, rank``) and a ``folder``
-    for the item-bucket per-user tables give the user and item-bucket segments.
+    for the item-bucket per-user tables (one table of all compared models, ``folder/items``)
+    give the user and item-bucket segments.
     ``spec.human_labels`` adds the ``human_labels`` row, ``spec.user_groups`` the user-group gap
     note (``activity`` needs ``train`` and ``qrels``), as :func:`harness.compare.compare_models`."""
     notes: list[str] = []
@@ -664,22 +670,26 @@ def compare_models_spark(
     if spec.segments and train is not None and qrels is not None:
         segments = segments_spark(train, qrels.select("user").distinct(), spec)
     ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
-    pairs = []
-    for name, table in per_user.items():
-        if name == spec.baseline:
-            continue
-        buckets = None
-        if segments is not None and segments.item_bucket is not None and recs is not None:
+    candidates = [name for name in per_user if name != spec.baseline]
+    compared = [spec.baseline, *candidates]  # bucket_tables_spark's order: baseline first
+    per_bucket: dict[str, tuple[DataFrame, ...]] = {}
+    if segments is not None and segments.item_bucket is not None and recs is not None:
+        for name in candidates:  # the checks of one call per pair, in its order
             if spec.baseline not in recs or name not in recs:
                 raise RuntimeError(
                     f"{spec.baseline} or {name} was evaluated without its top-k lists"
                 )
             if folder is None or qrels is None:
                 raise ValueError("item-bucket segments need qrels= and folder=")
-            buckets = bucket_tables_spark(
-                qrels, (recs[spec.baseline], recs[name]), ranked, segments.item_bucket,
-                os.path.join(os.fspath(folder), f"{spec.baseline}_vs_{name}"), options,
-            )  # fmt: skip
+        if candidates and folder is not None and qrels is not None:
+            # every compared model's lists judged once, per bucket, in one evaluation
+            per_bucket = bucket_tables_spark(
+                qrels, [recs[n] for n in compared], ranked, segments.item_bucket, folder, options
+            )
+    pairs = []
+    for m, name in enumerate(compared[1:], start=1):
+        table = per_user[name]
+        buckets = {b: (t[0], t[m]) for b, t in per_bucket.items()}  # (baseline, candidate)
         pairs.append(
             compare_spark(
                 per_user[spec.baseline],

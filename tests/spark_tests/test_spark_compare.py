@@ -4,8 +4,10 @@ segments and item-bucket segments, for integer and string ids."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -13,7 +15,15 @@ import pandas as pd
 import pytest
 
 import metrics
-from harness.compare import CompareSpec, PairComparison, SegmentData, compare_pair, segment_data
+from harness.compare import (
+    CompareSpec,
+    PairComparison,
+    SegmentData,
+    compare_models,
+    compare_pair,
+    segment_data,
+)
+from harness.experiment import MetricSuite, ModelOutcome
 from harness.spark import evaluate_spark
 from harness.spark.aggregate import _pairs_histogram, _pooled_pairs
 from harness.spark.compare import (
@@ -197,8 +207,10 @@ def test_item_in_head_and_tail_is_tail_as_in_process(spark: Any) -> None:
     assert ref.sort_index().tolist() == expected.tolist()
 
 
-def dataset(kind: str, n_users: int = 240, n_items: int = 80, seed: int = 1) -> tuple:
-    """(train, qrels, recs of two models): top-10 lists from random scores."""
+def dataset(
+    kind: str, n_users: int = 240, n_items: int = 80, seed: int = 1, n_models: int = 2
+) -> tuple:
+    """(train, qrels, recs of ``n_models`` models): top-10 lists from random scores."""
     rng = np.random.default_rng(seed)
     train = pd.DataFrame(
         {
@@ -211,7 +223,7 @@ def dataset(kind: str, n_users: int = 240, n_items: int = 80, seed: int = 1) -> 
         {"user": users, "item": rng.integers(0, n_items, users.size), "relevance": 1.0}
     ).drop_duplicates(["user", "item"])
     recs = []
-    for _ in range(2):
+    for _ in range(n_models):
         scores = rng.random((n_users, n_items))
         top = np.argsort(-scores, axis=1, kind="stable")[:, :10]
         recs.append(
@@ -279,25 +291,100 @@ def test_segments_and_item_buckets_through_the_engine(
 
 
 @pytest.mark.parametrize("kind", ["int", "str"])
-def test_bucket_tables_are_one_evaluation_per_model_and_bucket(
-    spark: Any, tmp_path: Path, kind: str
+def test_three_models_share_one_bucket_evaluation(
+    spark: Any, tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """bucket_tables_spark (one evaluate_spark for both models and all buckets) gives, per
+    """A baseline and two candidates: compare_models_spark evaluates the item buckets of the
+    three models in one evaluate_spark call (one table, ``folder/items``), and every pair's
+    rows equal the in-process compare_models' (pandas, one bucket pass per model) to 1e-9."""
+    import harness.spark.metrics as spark_metrics
+
+    train, qrels, recs = dataset(kind, n_models=3)
+    models = ("pop", "knn", "rnd")
+    names = ["ndcg@10", "recall@5", "precision@10", "coverage@10"]
+    suite = MetricSuite(k=10, names=tuple(names))
+    spec = CompareSpec(
+        baseline="pop", n_resamples=200, cold_max_events=14, heavy_quantile=0.8, seed=2
+    )
+    runs = [r.assign(score=-r["rank"].astype(np.float64))[["user", "item", "score"]] for r in recs]
+    evs = [metrics.evaluate(qrels, run, names, **suite.evaluate_options()) for run in runs]
+    outcomes = {
+        m: ModelOutcome(m, evaluation=ev, recommendations=r)
+        for m, ev, r in zip(models, evs, recs, strict=True)
+    }
+    split = SimpleNamespace(train=train, test=qrels[["user", "item"]])
+    result: Any = SimpleNamespace(outcomes=outcomes, suite=suite, split=split)
+    ref_pairs, ref_notes = compare_models(result, spec)
+    assert [(p.baseline, p.candidate) for p in ref_pairs] == [("pop", "knn"), ("pop", "rnd")]
+
+    calls = []
+    original = spark_metrics.evaluate_spark
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("per_user_path"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(spark_metrics, "evaluate_spark", counted)
+    q, t = _frame(spark, qrels, "qrels"), _frame(spark, train, "train")
+    pairs, notes = compare_models_spark(
+        {m: spark_table(spark, ev.per_user) for m, ev in zip(models, evs, strict=True)},
+        {m: ev.summary for m, ev in zip(models, evs, strict=True)},
+        names, spec, train=t, qrels=q,
+        recs={m: _frame(spark, r, "recs") for m, r in zip(models, recs, strict=True)},
+        options=suite.evaluate_options(), folder=tmp_path / "cmp",
+    )  # fmt: skip
+    assert calls == [str(tmp_path / "cmp" / "items")]
+    assert sorted(os.listdir(tmp_path / "cmp")) == ["items"]
+    assert notes == ref_notes == [] and len(pairs) == len(ref_pairs) == 2
+    for got, want in zip(pairs, ref_pairs, strict=True):
+        assert {"items:head", "items:mid", "items:tail"} <= set(want.table["segment"])
+        assert_same(got, want)
+
+
+def test_missing_lists_of_a_later_candidate_is_one_line(spark: Any, tmp_path: Path) -> None:
+    """The per-pair checks keep their messages: a candidate without lists names itself, as the
+    in-process comparison does, before any bucket is evaluated."""
+    train, qrels, recs = dataset("int", n_users=30, n_models=3)
+    names = ["ndcg@10"]
+    runs = [r.assign(score=-r["rank"].astype(np.float64))[["user", "item", "score"]] for r in recs]
+    evs = [metrics.evaluate(qrels, run, names) for run in runs]
+    tables = {m: spark_table(spark, ev.per_user) for m, ev in zip("abc", evs, strict=True)}
+    summaries = {m: ev.summary for m, ev in zip("abc", evs, strict=True)}
+    q, t = _frame(spark, qrels, "qrels"), _frame(spark, train, "train")
+    lists = {m: _frame(spark, r, "recs") for m, r in zip("ab", recs[:2], strict=True)}  # no "c"
+    spec = CompareSpec(baseline="a")
+    with pytest.raises(RuntimeError, match=r"^a or c was evaluated without its top-k lists$"):
+        compare_models_spark(
+            tables, summaries, names, spec, train=t, qrels=q, recs=lists, folder=tmp_path
+        )
+    with pytest.raises(ValueError, match=r"^item-bucket segments need qrels= and folder=$"):
+        compare_models_spark(tables, summaries, names, spec, train=t, qrels=q, recs=lists)
+    assert not (tmp_path / "items").exists()
+
+
+@pytest.mark.parametrize(
+    ("kind", "n_models"), [("int", 2), ("str", 2), ("int", 3), ("str", 3), ("str", 11)]
+)
+def test_bucket_tables_are_one_evaluation_per_model_and_bucket(
+    spark: Any, tmp_path: Path, kind: str, n_models: int
+) -> None:
+    """bucket_tables_spark (one evaluate_spark for all models and all buckets) gives, per
     bucket and model, exactly metrics.evaluate's per-user values on that bucket's truth rows
     and its users' lists, computed here in pandas; ids keep their type; a bucket without test
-    items gets empty tables."""
-    train, qrels, recs = dataset(kind)
+    items gets empty tables. Eleven models take two-digit tags ("00".."10")."""
+    train, qrels, recs = dataset(kind, n_models=n_models)
     names = ["ndcg@10", "recall@5", "precision@10"]
     item_bucket = segment_data(train, np.sort(qrels["user"].unique()), CompareSpec()).item_bucket
     frame = pd.DataFrame({"item": item_bucket.index, "bucket": item_bucket.to_numpy()})
     spark_buckets = _frame(spark, frame, "buckets")
-    srecs = (_frame(spark, recs[0], "recs"), _frame(spark, recs[1], "recs"))
+    srecs = [_frame(spark, r, "recs") for r in recs]
     bucket_of = item_bucket.reindex(qrels["item"]).fillna("tail").to_numpy()
     for truth_rows, empty in ((qrels, set()), (qrels[bucket_of == "head"], {"mid", "tail"})):
         got = bucket_tables_spark(
             _frame(spark, truth_rows, "qrels"), srecs, names, spark_buckets, tmp_path / "b"
         )
         assert list(got) == ["head", "mid", "tail"]
+        assert all(len(tables) == n_models for tables in got.values())
         of = item_bucket.reindex(truth_rows["item"]).fillna("tail").to_numpy()
         for bucket, tables in got.items():
             truth = truth_rows[of == bucket]
