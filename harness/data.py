@@ -27,7 +27,8 @@ from __future__ import annotations
 import os
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -360,8 +361,9 @@ def _validate(
 
     out: dict[str, pd.Series | np.ndarray] = {}
     coded: dict[str, IdCodes] = {}
-    for name in (USER, ITEM):
-        out[name], codes = _normalize_ids(df[name], source, _label(name, mapping))
+    ids = normalize_ids_coded_all([(df[n], _label(n, mapping)) for n in (USER, ITEM)], source)
+    for name, (column, codes) in zip((USER, ITEM), ids, strict=True):
+        out[name] = column
         if codes is not None:
             coded[name] = codes
     out[TIMESTAMP] = _normalize_timestamps(
@@ -627,10 +629,17 @@ def normalize_ids(s: pd.Series, source: str, label: str) -> pd.Series:
     return _normalize_ids(s, source, label)[0]
 
 
-def normalize_ids_coded(s: pd.Series, source: str, label: str) -> tuple[pd.Series, IdCodes | None]:
-    """:func:`normalize_ids` and, for a text result, its :class:`IdCodes` (the one hash of the
-    column it made), so a caller that encodes the ids need not hash them again."""
-    return _normalize_ids(s, source, label)
+def normalize_ids_coded_all(
+    columns: Sequence[tuple[pd.Series, str]], source: str
+) -> list[tuple[pd.Series, IdCodes | None]]:
+    """:func:`normalize_ids` of several ``(column, label)``, each with the :class:`IdCodes` of a
+    text result (its one hash of the column, so a caller need not hash it again). On threads:
+    Arrow's hashing releases the GIL, so the user and item columns are encoded side by side; an
+    error is the first column's in order, as one after the other would give."""
+    if len(columns) < 2:
+        return [_normalize_ids(s, source, label) for s, label in columns]
+    with ThreadPoolExecutor(len(columns)) as pool:
+        return list(pool.map(lambda c: _normalize_ids(c[0], source, c[1]), columns))
 
 
 def _normalize_ids(s: pd.Series, source: str, label: str) -> tuple[pd.Series, IdCodes | None]:

@@ -23,7 +23,7 @@ from typing import Any, Self
 import numpy as np
 import pandas as pd
 
-from harness.data import ITEM, USER, IdCodes, normalize_ids, normalize_ids_coded
+from harness.data import ITEM, USER, IdCodes, normalize_ids, normalize_ids_coded_all
 from harness.models.base import (
     BaseRecommender,
     _indptr,
@@ -93,12 +93,11 @@ class PrecomputedScores(BaseRecommender):
         super().fit(train)
         table = self._read()
         source = self.path
-        user_codes, file_users, train_users = _coded_ids(
-            *normalize_ids_coded(table[USER], source, self._label(USER)), self.user_ids_
+        users, items = normalize_ids_coded_all(
+            [(table[USER], self._label(USER)), (table[ITEM], self._label(ITEM))], source
         )
-        item_codes, file_items, train_items = _coded_ids(
-            *normalize_ids_coded(table[ITEM], source, self._label(ITEM)), self.item_ids_
-        )
+        user_codes, file_users, train_users = _coded_ids(*users, self.user_ids_)
+        item_codes, file_items, train_items = _coded_ids(*items, self.item_ids_)
         scores = self._scores(table[SCORE])
 
         n_file_items = file_items.size

@@ -198,6 +198,18 @@ def test_parquet_null_id_names_file_and_column(tmp_path: Path) -> None:
         load_interactions(path)
 
 
+@pytest.mark.parametrize("kind", ["text", "int"])
+def test_bad_user_and_item_columns_report_the_user_column(tmp_path: Path, kind: str) -> None:
+    # the id columns are checked side by side on threads; the error is still the user column's,
+    # as one after the other would report it, whichever thread finishes first
+    items = ["a", "b", None] if kind == "text" else [1.0, 2.0, None]
+    users = ["u", None, "v"] if kind == "text" else [1.0, None, 3.0]
+    path = tmp_path / "both.parquet"
+    pd.DataFrame({"user": users, "item": items, "timestamp": [1, 2, 3]}).to_parquet(path)
+    with pytest.raises(DataError, match=r"both\.parquet: column 'user' has 1 null id\(s\).*row 1"):
+        load_interactions(path)
+
+
 # ------------------------------------------------------- timestamps: one format per column
 
 
