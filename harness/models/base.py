@@ -316,11 +316,7 @@ class BaseRecommender:
 
     def _ids_at(self, positions: np.ndarray) -> np.ndarray:
         """Item ids at ``positions`` of ``item_ids_``; the padding id where ``-1``."""
-        ids = self.item_ids_[positions]
-        pad = positions < 0
-        if pad.any():
-            ids[pad] = _pad_id(self.item_ids_)
-        return ids
+        return _ids_at(self.item_ids_, positions)
 
     def recommend_with_auc(
         self,
@@ -534,6 +530,15 @@ def _id_array(uniques: pd.Index | np.ndarray) -> np.ndarray:
 def _pad_id(ids: np.ndarray) -> Any:
     """The padding id for an id array: ``None`` for object ids, ``PAD_ITEM_INT`` otherwise."""
     return PAD_ITEM_OBJECT if ids.dtype == object else PAD_ITEM_INT
+
+
+def _ids_at(ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``ids`` at ``positions``; the padding id of ``ids``' dtype where ``-1``."""
+    out = ids[positions]
+    pad = positions < 0
+    if pad.any():
+        out[pad] = _pad_id(ids)
+    return out
 
 
 def _rank_order(owner: np.ndarray, items: np.ndarray, scores: np.ndarray) -> np.ndarray:

@@ -26,8 +26,8 @@ import pandas as pd
 from harness.data import ITEM, USER, IdCodes, normalize_ids, normalize_ids_coded_all
 from harness.models.base import (
     BaseRecommender,
+    _ids_at,
     _indptr,
-    _pad_id,
     _rank_order,
     _take_lists,
     candidate_arrays,
@@ -253,11 +253,7 @@ class PrecomputedScores(BaseRecommender):
 
     def _ids_at(self, positions: np.ndarray) -> np.ndarray:
         """Item ids at ``positions`` of ``position_ids_``; the padding id where ``-1``."""
-        ids = self._file_items[positions]
-        pad = positions < 0
-        if pad.any():
-            ids[pad] = _pad_id(self._file_items)
-        return ids
+        return _ids_at(self._file_items, positions)
 
     def _positions(
         self, users: np.ndarray, k: int, exclude_seen: bool | None
