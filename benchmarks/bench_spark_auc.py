@@ -24,7 +24,8 @@ test pairs; the users are the test users. Each cell runs in a fresh subprocess:
 Checks: the per-user wins, n_pos and n_neg of Spark and in-process are equal user by user
 (exactly), and so are the pooled wins. Where the in-process cell does not finish within
 ``--numpy-timeout`` on every user, both engines are also run on the first ``--subset`` test
-users (sorted ids) and compared there; the full in-process time is then not reported.
+users (sorted ids; a plug-in: the model Spark fitted) and compared there; the full in-process
+time is then not reported.
 
     python benchmarks/bench_spark_auc.py                     # 1M and 10M events
     python benchmarks/bench_spark_auc.py --events 1000000 --plugin item_knn popularity
@@ -169,10 +170,15 @@ def cell_spark(
         "jvm_peak_mb": proc_status(jvm, "VmHWM") / MB if jvm else float("nan"),
         "workers_peak_mb": workers.peak / MB,
     }
-    if subset and kind == "pop":  # the check on a subset of users, after the peaks are read
-        sub, sub_pooled = popularity_auc_counts(
-            spark, train, _users(test, subset), test, exclude_seen=True, pooled=True
-        )
+    if subset:  # the check on a subset of users, after the peaks are read
+        if kind == "pop":
+            sub, sub_pooled = popularity_auc_counts(
+                spark, train, _users(test, subset), test, exclude_seen=True, pooled=True
+            )
+        else:  # the model fitted above
+            sub, sub_pooled = plugin_auc_counts(
+                spark, model, _users(test, subset), test, pooled=True
+            )
         sub.write.mode("overwrite").parquet(str(folder / f"spark-{kind}-{events}-{subset}"))
         out["subset_pooled"] = sub_pooled
     spark.stop()
@@ -294,7 +300,7 @@ def main() -> None:
             for kind in kinds:
                 name = "popularity" if kind == "pop" else f"{kind} (plug-in)"
                 ref = _cell(["numpy", kind, *common, "0"], args.numpy_timeout)
-                subset = args.subset if "error" in ref and kind == "pop" else 0
+                subset = args.subset if "error" in ref else 0
                 cell = ["spark", kind, *common, str(subset)]
                 opts = ["--driver-memory", args.driver_memory, "--partitions", str(args.partitions)]
                 sp = _cell([*cell, *opts], args.timeout)
