@@ -636,9 +636,7 @@ def normalize_ids_coded_all(
     text result (its one hash of the column, so a caller need not hash it again). On threads:
     Arrow's hashing releases the GIL, so the user and item columns are encoded side by side; an
     error is the first column's in order, as one after the other would give."""
-    if len(columns) < 2:
-        return [_normalize_ids(s, source, label) for s, label in columns]
-    with ThreadPoolExecutor(len(columns)) as pool:
+    with ThreadPoolExecutor(max(1, len(columns))) as pool:
         return list(pool.map(lambda c: _normalize_ids(c[0], source, c[1]), columns))
 
 

@@ -131,7 +131,7 @@ class PrecomputedScores(BaseRecommender):
         file_items.flags.writeable = False
         self._file_items = file_items
         order = _rank_order(user_codes, item_codes, scores)
-        owner, ranked_at = user_codes[order], item_codes[order].astype(np.int64, copy=False)
+        owner, ranked_at = user_codes[order], item_codes[order]
         ranked_scores = scores[order]
         self._lists = (_indptr(owner, file_users.size), ranked_at, ranked_scores)
         keep = ~seen[order]
