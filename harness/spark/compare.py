@@ -59,7 +59,7 @@ from harness.compare import (
     segment_definitions,
 )
 from metrics import stats
-from metrics.checks import require_columns
+from metrics.checks import require_columns, require_int
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -181,8 +181,9 @@ def bucket_tables_spark(
     test items in the bucket, its list the model's list of the user (``user, item, rank``;
     score ``−rank``), for each (bucket, user) the truth has. A key's values depend only on its
     own rows and the options, so they are those of one evaluation per model and bucket.
-    ``buckets`` defaults to ``3 × len(recs)`` times ``evaluate_spark``'s default: as many user
-    groups as one call per model and bucket, each holding as many rows. The per-key table is
+    ``options["buckets"]`` means what it means to ``evaluate_spark`` (the user groups of one
+    evaluation; default its default) and is multiplied by ``3 × len(recs)``: as many groups as
+    one call per model and bucket would make, each holding as many rows. The per-key table is
     written under ``folder`` as Parquet (``folder/items``); each returned table is one (model,
     bucket) slice of it read back, with the user ids of their original type, in ``recs``
     order. A bucket without test items gets empty tables (:func:`compare_spark` writes no row
@@ -229,9 +230,10 @@ def bucket_tables_spark(
     pairs = judged.select("user", "_code").distinct()
     lists = stacked.join(pairs, "user").select(key, "item", "score")
     opts = dict(options or {})
-    groups = opts.pop("buckets", None)
-    if groups is None:
-        groups = 3 * len(recs) * 2 * int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    per_call = opts.pop("buckets", None)  # one evaluation's groups, as evaluate_spark's
+    if per_call is None:
+        per_call = 2 * int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    groups = 3 * len(recs) * require_int("buckets", per_call)
     path = os.path.join(os.fspath(folder), "items")
     evaluate_spark(
         truth, lists, list(names), spark=spark, buckets=groups, per_user_path=path,

@@ -402,6 +402,26 @@ def test_bucket_tables_are_one_evaluation_per_model_and_bucket(
                 np.testing.assert_array_equal(mine[names].to_numpy(), ref.sort_index().to_numpy())
 
 
+def test_bucket_tables_check_a_given_buckets_option(spark: Any, tmp_path: Path) -> None:
+    """A user-given ``buckets`` is evaluate_spark's per-evaluation count, checked as such before
+    it is scaled by the models and buckets (0 * 6 would reach Spark as 0 groups otherwise)."""
+    train, qrels, recs = dataset("int", n_users=20, n_models=2)
+    item_bucket = segment_data(train, np.sort(qrels["user"].unique()), CompareSpec()).item_bucket
+    frame = pd.DataFrame({"item": item_bucket.index, "bucket": item_bucket.to_numpy()})
+    args = (
+        _frame(spark, qrels, "qrels"),
+        [_frame(spark, r, "recs") for r in recs],
+        ["ndcg@10"],
+        _frame(spark, frame, "buckets"),
+        tmp_path / "b",
+    )
+    for bad in (0, True, 2.0):
+        message = rf"^'buckets' must be a positive int \(got {bad!r}\)$"
+        with pytest.raises(ValueError, match=message):
+            bucket_tables_spark(*args, {"buckets": bad})
+    assert not (tmp_path / "b").exists()
+
+
 # ------------------------------------------------------------- global AUC: bounded state
 
 
