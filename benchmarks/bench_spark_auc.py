@@ -19,16 +19,21 @@ test pairs; the users are the test users. Each cell runs in a fresh subprocess:
   driver from the collected training rows (``fit_plugin``) and scored per group of users
   (``plugin_auc_counts(..., pooled=True)``); the relevant candidates' scores collected and
   broadcast for ``global_auc`` are reported in rows and MB. The in-process peer fits the same
-  model on the same rows.
+  model on the same rows. ``--fit-sample F`` fits the Spark plug-in on a seeded ``F`` sample of
+  the training rows (``fit_plugin(..., sample=F, seed=0)``, as ``engine.fit_sample``): the Spark
+  cell then runs first and, after its peaks are read, writes the rows it sampled (the same
+  seeded ``DataFrame.sample``, recomputed) as Parquet; the in-process peer fits on those rows.
 
 Checks: the per-user wins, n_pos and n_neg of Spark and in-process are equal user by user
 (exactly), and so are the pooled wins. Where the in-process cell does not finish within
 ``--numpy-timeout`` on every user, both engines are also run on the first ``--subset`` test
-users (sorted ids; a plug-in: the model Spark fitted) and compared there; the full in-process
-time is then not reported.
+users (sorted ids; a plug-in: the model Spark fitted, the in-process one fitted on the same
+rows) and compared there; the full in-process time is then not reported. With a fit sample,
+the rows written are first checked to be as many as those the fit collected.
 
     python benchmarks/bench_spark_auc.py                     # 1M and 10M events
     python benchmarks/bench_spark_auc.py --events 1000000 --plugin item_knn popularity
+    python benchmarks/bench_spark_auc.py --events 3000000 --plugin-max 3000000 --fit-sample 0.1
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from _measure import (  # noqa: E402
 
 MB = 2**20
 K = 10
+FIT_SEED = 0  # fit_plugin's seed for --fit-sample (engine.fit_sample uses the run's seed)
 
 
 def write_split(folder: Path, events: int) -> dict[str, int]:
@@ -123,11 +129,23 @@ def _users(test: Any, subset: int) -> Any:
     return users.orderBy("user").limit(subset) if subset else users
 
 
+def _fit_rows(folder: Path, kind: str, events: int, sample: float) -> Path:
+    """Where the Spark cell writes the rows its plug-in was fitted on (a ``sample`` < 1)."""
+    return folder / f"fit-{kind}-{events}-{sample:g}"
+
+
 def cell_spark(
-    kind: str, folder: Path, events: int, driver_memory: str, partitions: int, subset: int
+    kind: str,
+    folder: Path,
+    events: int,
+    driver_memory: str,
+    partitions: int,
+    subset: int,
+    sample: float | None,
 ) -> dict[str, Any]:
     """popularity_auc_counts (``kind="pop"``) or a plug-in's plugin_auc_counts (``kind`` names
-    the model) with ``pooled=True`` on local[2]: seconds, peaks, rows to the driver."""
+    the model, fitted on a ``sample`` of the training rows if given) with ``pooled=True`` on
+    local[2]: seconds, peaks, rows to the driver."""
     from pyspark.sql import functions as sf
 
     from harness.spark.models import fit_plugin, plugin_auc_counts, popularity_auc_counts
@@ -146,7 +164,7 @@ def cell_spark(
                 spark, train, _users(test, 0), test, exclude_seen=True, pooled=True
             )
         else:
-            model = fit_plugin(_plugin(kind), train)
+            model = fit_plugin(_plugin(kind), train, sample=sample, seed=FIT_SEED)
             stages["fit on the driver"] = time.perf_counter() - t0
             fit_calls = len(spy.calls)
             t0 = time.perf_counter()
@@ -170,6 +188,10 @@ def cell_spark(
         "jvm_peak_mb": proc_status(jvm, "VmHWM") / MB if jvm else float("nan"),
         "workers_peak_mb": workers.peak / MB,
     }
+    if kind != "pop" and sample is not None and sample < 1:  # the fitted rows, for the peer
+        rows = _fit_rows(folder, kind, events, sample)
+        train.sample(fraction=sample, seed=FIT_SEED).write.mode("overwrite").parquet(str(rows))
+        out["fit_rows_written"] = spark.read.parquet(str(rows)).count()
     if subset:  # the check on a subset of users, after the peaks are read
         if kind == "pop":
             sub, sub_pooled = popularity_auc_counts(
@@ -195,9 +217,15 @@ def _plugin(name: str) -> Any:
     raise ValueError(f"--plugin: unknown model {name!r} (item_knn, popularity)")
 
 
-def cell_numpy(kind: str, folder: Path, events: int, subset: int) -> dict[str, Any]:
-    """The in-process engine's path: fit, then ``recommend_with_auc(..., pooled=True)``."""
-    train = pd.read_parquet(folder / f"train-{events}.parquet")
+def cell_numpy(
+    kind: str, folder: Path, events: int, subset: int, sample: float | None
+) -> dict[str, Any]:
+    """The in-process engine's path: fit (a plug-in with a ``sample`` < 1: on the rows the
+    Spark cell sampled and wrote), then ``recommend_with_auc(..., pooled=True)``."""
+    if kind != "pop" and sample is not None and sample < 1:
+        train = pd.read_parquet(_fit_rows(folder, kind, events, sample))  # part files in order
+    else:
+        train = pd.read_parquet(folder / f"train-{events}.parquet")
     test = pd.read_parquet(folder / f"test-{events}.parquet")
     users = np.unique(test["user"].to_numpy())
     if subset:
@@ -224,6 +252,7 @@ def cell_numpy(kind: str, folder: Path, events: int, subset: int) -> dict[str, A
         "sums": {c: float(table[c].sum()) for c in ("wins", "n_pos", "n_neg")},
         "peak_mb": peak / MB,
         "growth_mb": (peak - base) / MB,
+        "fit_rows": len(train),
     }
 
 
@@ -275,17 +304,32 @@ def main() -> None:
     p.add_argument("--subset", type=int, default=20_000, help="users of the subset check")
     p.add_argument("--folder", type=Path, help="keep the data here (default: a temp dir)")
     p.add_argument("--json", type=Path, help="also write the table rows here")
+    p.add_argument(
+        "--fit-sample",
+        type=_fraction,
+        help="fit the Spark plug-in on this seeded fraction in (0, 1] of the training rows "
+        "(engine.fit_sample; default: every row)",
+    )
     args = p.parse_args()
     if args.cell:
         engine, kind, folder, events, subset = args.cell[:5]
+        sample = args.fit_sample
         if engine == "numpy":
-            out = cell_numpy(kind, Path(folder), int(events), int(subset))
+            out = cell_numpy(kind, Path(folder), int(events), int(subset), sample)
         else:
             out = cell_spark(
-                kind, Path(folder), int(events), args.driver_memory, args.partitions, int(subset)
+                kind,
+                Path(folder),
+                int(events),
+                args.driver_memory,
+                args.partitions,
+                int(subset),
+                sample,
             )
         print(json.dumps(out, default=float))
         return
+    fit = ["--fit-sample", repr(args.fit_sample)] if args.fit_sample is not None else []
+    sampled = args.fit_sample is not None and args.fit_sample < 1
     rows: list[tuple[Any, ...]] = []
     with tempfile.TemporaryDirectory(prefix="bench_spark_auc_") as tmp:
         folder = args.folder or Path(tmp)
@@ -299,11 +343,22 @@ def main() -> None:
             kinds = ["pop"] + (args.plugin if events <= args.plugin_max else [])
             for kind in kinds:
                 name = "popularity" if kind == "pop" else f"{kind} (plug-in)"
-                ref = _cell(["numpy", kind, *common, "0"], args.numpy_timeout)
-                subset = args.subset if "error" in ref else 0
-                cell = ["spark", kind, *common, str(subset)]
                 opts = ["--driver-memory", args.driver_memory, "--partitions", str(args.partitions)]
-                sp = _cell([*cell, *opts], args.timeout)
+                if kind != "pop" and sampled:
+                    # the in-process peer needs the rows Spark sampled: Spark first, and its
+                    # subset check always (the peer's outcome is not known yet)
+                    name = f"{kind} (plug-in, fit sample {args.fit_sample:g})"
+                    subset = args.subset
+                    sp = _cell(["spark", kind, *common, str(subset), *opts, *fit], args.timeout)
+                    if "error" in sp:
+                        ref = {"error": "not run (no fit rows from Spark)", "load": float("nan")}
+                    else:
+                        ref = _cell(["numpy", kind, *common, "0", *fit], args.numpy_timeout)
+                else:
+                    ref = _cell(["numpy", kind, *common, "0", *fit], args.numpy_timeout)
+                    subset = args.subset if "error" in ref else 0
+                    cell = ["spark", kind, *common, str(subset)]
+                    sp = _cell([*cell, *opts, *fit], args.timeout)
                 print(f"{label} {name}: numpy {ref}\nspark {sp}", file=sys.stderr, flush=True)
                 rows += _rows(label, name, kind, folder, events, ref, sp, args, subset)
                 if args.json:
@@ -323,11 +378,26 @@ def main() -> None:
         ),
         rows,
     )
+    sample_note = (
+        f"; plug-ins fitted on a {args.fit_sample:g} sample of the training rows (seed "
+        f"{FIT_SEED}), the in-process peer on the same rows"
+        if sampled
+        else ""
+    )
     print(
         f"\nSpark local[2], {args.partitions} shuffle partitions, driver heap "
         f"{args.driver_memory}; counts s: the AUC counts with global_auc's pooled wins and the "
-        "sums of the per-user table (Spark: JVM start and the Parquet write not counted)."
+        f"sums of the per-user table (Spark: JVM start and the Parquet write not counted)"
+        f"{sample_note}."
     )
+
+
+def _fraction(text: str) -> float:
+    """``--fit-sample``: a float in (0, 1]."""
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
 
 
 def _rows(
@@ -364,10 +434,16 @@ def _rows(
     if kind != "pop":
         fitted = sum(n for _, n in sp["fit_calls"])
         scores = next((n for name, n in calls if name == "toPandas"), 0)
-        notes.append(
-            f"fit collects {fitted:,} training rows; broadcast {scores:,} relevant scores "
-            f"({scores * 8 / MB:.2f} MB)"
-        )
+        fit_note = f"fit collects {fitted:,} training rows"
+        if args.fit_sample is not None:
+            fit_note = (
+                f"fit on a {args.fit_sample:g} sample: {fitted:,} training rows to the driver"
+            )
+        notes.append(f"{fit_note}; broadcast {scores:,} relevant scores ({scores * 8 / MB:.2f} MB)")
+        if "fit_rows_written" in sp:  # the rows the in-process peer is fitted on
+            written = sp["fit_rows_written"]
+            same = "equal" if written == fitted else f"{written:,} vs {fitted:,}: NOT the same"
+            notes.append(f"sampled rows rewritten for the in-process fit: count {same}")
     if "error" not in ref:
         same = same_counts(folder, f"spark-{kind}-{events}", f"numpy-{kind}-{events}.parquet")
         pooled = "equal" if sp["pooled"] == ref["pooled"] else f"{sp['pooled']} vs {ref['pooled']}"
@@ -377,7 +453,10 @@ def _rows(
         same = "equal" if sp["pooled"] == ref_pooled else f"{sp['pooled']} vs {ref_pooled}"
         notes.append(f"pooled wins vs a numpy histogram count: {same}")
     if "error" in ref and subset:
-        sub = _cell(["numpy", kind, str(folder), str(events), str(subset)], args.numpy_timeout)
+        fit = ["--fit-sample", repr(args.fit_sample)] if args.fit_sample is not None else []
+        sub = _cell(
+            ["numpy", kind, str(folder), str(events), str(subset), *fit], args.numpy_timeout
+        )
         if "error" in sub:
             notes.append(f"subset check: {sub['error']}")
         else:
