@@ -379,7 +379,10 @@ def test_bucket_tables_are_one_evaluation_per_model_and_bucket(
     spark_buckets = _frame(spark, frame, "buckets")
     srecs = [_frame(spark, r, "recs") for r in recs]
     bucket_of = item_bucket.reindex(qrels["item"]).fillna("tail").to_numpy()
-    for truth_rows, empty in ((qrels, set()), (qrels[bucket_of == "head"], {"mid", "tail"})):
+    passes = [(qrels, set()), (qrels[bucket_of == "head"], {"mid", "tail"})]
+    if n_models > 3:  # the tags' width only: empty buckets are the smaller cases' (20 s -> 10 s)
+        passes = passes[:1]
+    for truth_rows, empty in passes:
         got = bucket_tables_spark(
             _frame(spark, truth_rows, "qrels"), srecs, names, spark_buckets, tmp_path / "b"
         )
