@@ -380,7 +380,7 @@ def test_bucket_tables_are_one_evaluation_per_model_and_bucket(
     srecs = [_frame(spark, r, "recs") for r in recs]
     bucket_of = item_bucket.reindex(qrels["item"]).fillna("tail").to_numpy()
     passes = [(qrels, set()), (qrels[bucket_of == "head"], {"mid", "tail"})]
-    if n_models > 3:  # the tags' width only: empty buckets are the smaller cases' (20 s -> 10 s)
+    if n_models > 3:  # the tags' width only: empty buckets are the smaller cases' (21 s -> 8 s)
         passes = passes[:1]
     for truth_rows, empty in passes:
         got = bucket_tables_spark(
@@ -407,7 +407,8 @@ def test_bucket_tables_are_one_evaluation_per_model_and_bucket(
 
 def test_bucket_tables_check_a_given_buckets_option(spark: Any, tmp_path: Path) -> None:
     """A user-given ``buckets`` is evaluate_spark's per-evaluation count, checked as such before
-    it is scaled by the models and buckets (0 * 6 would reach Spark as 0 groups otherwise)."""
+    it is scaled by the models and buckets (unchecked, ``True`` would pass as 6 groups and
+    ``2.0`` reach evaluate_spark as ``12.0``)."""
     train, qrels, recs = dataset("int", n_users=20, n_models=2)
     item_bucket = segment_data(train, np.sort(qrels["user"].unique()), CompareSpec()).item_bucket
     frame = pd.DataFrame({"item": item_bucket.index, "bucket": item_bucket.to_numpy()})
