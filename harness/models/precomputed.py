@@ -23,7 +23,14 @@ from typing import Any, Self
 import numpy as np
 import pandas as pd
 
-from harness.data import ITEM, USER, IdCodes, normalize_ids, normalize_ids_coded_all
+from harness.data import (
+    ITEM,
+    USER,
+    IdCodes,
+    normalize_ids,
+    normalize_ids_coded_all,
+    read_parquet_columns,
+)
 from harness.models.base import (
     BaseRecommender,
     _ids_at,
@@ -94,7 +101,9 @@ class PrecomputedScores(BaseRecommender):
         table = self._read()
         source = self.path
         users, items = normalize_ids_coded_all(
-            [(table[USER], self._label(USER)), (table[ITEM], self._label(ITEM))], source
+            [(table[USER], self._label(USER)), (table[ITEM], self._label(ITEM))],
+            source,
+            decode=False,  # only the codes are read
         )
         user_codes, file_users, train_users = _coded_ids(*users, self.user_ids_)
         item_codes, file_items, train_items = _coded_ids(*items, self.item_ids_)
@@ -198,7 +207,8 @@ class PrecomputedScores(BaseRecommender):
             )
         cols = [wanted[name] for name in _FIELDS]
         if kind == "parquet":
-            raw = pd.read_parquet(self.path, columns=cols)
+            # text ids stored as dictionary indices come as categoricals: not hashed per row
+            raw = read_parquet_columns(self.path, cols, {wanted[USER], wanted[ITEM]})
         else:
             raw = pd.read_csv(
                 self.path,

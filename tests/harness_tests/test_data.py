@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.data import load_interactions, validate_interactions
 from harness.errors import DataError
@@ -105,6 +107,50 @@ def test_duplicate_policies(tmp_path: Path, policy: str, expected_ratings: list[
     df = load_interactions(path, duplicates=policy)
     assert df["rating"].tolist() == expected_ratings
     assert df.index.tolist() == list(range(len(expected_ratings)))
+
+
+_ID_KINDS = {
+    "int": lambda v: v,
+    "wide int": lambda v: v * 2**40 - 2**62,  # a span past 2**31: factorized, not shifted
+    "text": lambda v: np.array([f"id{x}" for x in v], dtype=object),
+    "spaced text": lambda v: np.array([f"id{x}" + " " * (i % 2) for i, x in enumerate(v)], object),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    events=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 2)), min_size=1),
+    kind=st.sampled_from(sorted(_ID_KINDS)),
+)
+def test_duplicate_policies_agree_with_pandas(
+    events: list[tuple[int, int, int]], kind: str
+) -> None:
+    # the reference: pandas' own duplicate detection over the three validated columns
+    raw = np.array(events)
+    frame = pd.DataFrame(
+        {
+            "user": _ID_KINDS[kind](raw[:, 0]),
+            "item": _ID_KINDS[kind](raw[:, 1]),
+            "timestamp": raw[:, 2],
+            "rating": np.arange(len(raw), dtype=float),  # tells the rows apart
+        }
+    )
+    every = validate_interactions(frame, source="f", duplicates="keep_all")
+    key = ["user", "item", "timestamp"]
+    for policy in ("keep_first", "keep_last"):
+        want = every.drop_duplicates(key, keep=policy.removeprefix("keep_")).reset_index(drop=True)
+        got = validate_interactions(frame, source="f", duplicates=policy)
+        pd.testing.assert_frame_equal(got, want)
+    repeated = np.flatnonzero(every.duplicated(key, keep=False).to_numpy())
+    if repeated.size == 0:
+        pd.testing.assert_frame_equal(validate_interactions(frame, source="f"), every)
+        return
+    first = every.iloc[repeated[0]]
+    same = [int(r) for r in repeated if (every.iloc[r][key] == first[key]).all()][:5]
+    with pytest.raises(DataError) as err:
+        validate_interactions(frame, source="f")
+    assert f"have {repeated.size} rows in duplicate events" in str(err.value)
+    assert f"at rows {same};" in str(err.value)
 
 
 def test_validate_interactions_on_a_frame() -> None:

@@ -16,11 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
+from harness.data import _dictionary_stored, _parquet_schema
 from harness.models import (
     PAD_ITEM_INT,
     BiasRating,
@@ -346,6 +349,45 @@ def test_precomputed_reproduces_a_models_lists(suffix: str, data: pd.DataFrame, 
     got = model.score_items(users[:5], cand)
     np.testing.assert_array_equal(got[:, :2], scores[:5, [0, 19]])
     assert np.isnan(got[:, 2]).all()
+
+
+@pytest.mark.parametrize("pages", ["dictionary", "plain"])
+def test_precomputed_text_ids_from_parquet_pages_give_the_int_lists(
+    pages: str, data: pd.DataFrame, tmp_path
+) -> None:
+    # text ids zero-padded (text order = number order), some written with spaces around them,
+    # in row groups stored as dictionary indices (read as a categorical) or as plain text
+    users = np.arange(300)
+    knn = ImplicitItemCosine().fit(data)
+    ids, scores = knn.recommend(users, 20)
+    table = long_table(users, ids, scores)
+    spaced = np.arange(len(table)) % 5 == 0
+    text = table.assign(
+        user=[f"u{u:03d}" for u in table["user"]],
+        item=[
+            f" i{i:03d} " if s else f"i{i:03d}" for i, s in zip(table["item"], spaced, strict=True)
+        ],
+    )
+    path = tmp_path / "scores.parquet"
+    pq.write_table(
+        pa.Table.from_pandas(text, preserve_index=False),
+        path,
+        row_group_size=1000,
+        use_dictionary=pages == "dictionary",
+    )
+    assert _dictionary_stored(path, _parquet_schema(path), "item") == (pages == "dictionary")
+    train = data.assign(
+        user=[f"u{u:03d}" for u in data["user"]], item=[f"i{i:03d}" for i in data["item"]]
+    )
+    model = PrecomputedScores(path, exclude_seen=True).fit(train)
+    got_ids, got_scores = model.recommend(np.array([f"u{u:03d}" for u in users]), 20)
+    table.to_parquet(tmp_path / "ints.parquet")
+    ref = PrecomputedScores(tmp_path / "ints.parquet", exclude_seen=True).fit(data)
+    want_ids, want_scores = ref.recommend(users, 20)
+    real = ~padding_mask(want_scores)
+    np.testing.assert_array_equal(got_scores, want_scores)
+    assert got_ids[real].tolist() == [f"i{i:03d}" for i in want_ids[real]]
+    assert model.stats_ == ref.stats_
 
 
 def test_precomputed_exclude_seen_and_ties_by_item_id(data: pd.DataFrame, tmp_path) -> None:

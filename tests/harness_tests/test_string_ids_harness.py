@@ -14,10 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from harness import hashing
 from harness.data import (
+    _dictionary_categorical,
     _dictionary_stored,
     _parquet_schema,
     load_interactions,
@@ -279,3 +282,23 @@ def test_whole_run_with_text_ids_gives_the_integer_id_tables(harness_cli, tmp_pa
             if "item" in got.columns:
                 got["item"] = got["item"].map(to_item).astype(want["item"].dtype)
             pd.testing.assert_frame_equal(got, want, check_exact=True, obj=f"{model} {table}")
+
+
+def test_dictionary_columns_become_the_categorical_pyarrow_makes(tmp_path: Path) -> None:
+    # row groups with their own dictionaries (some values in several), each read in several
+    # batches that share it, and nulls: the values row by row are pyarrow's own conversion's
+    rng = np.random.default_rng(5)
+    names = np.array([f"id{i:03d}" for i in range(300)], dtype=object)
+    values = names[np.concatenate([rng.integers(0, 200, 5000), rng.integers(100, 300, 5000)])]
+    values[rng.random(values.size) < 0.01] = None
+    pq.write_table(pa.table({"id": values}), tmp_path / "d.parquet", row_group_size=2500)
+    file = pq.ParquetFile(tmp_path / "d.parquet", read_dictionary=["id"])
+    column = pa.Table.from_batches(list(file.iter_batches(batch_size=1000))).column("id")
+    assert column.num_chunks > 4  # several batches per row group, several dictionaries
+    got = _dictionary_categorical(column)
+    want = column.to_pandas()
+    assert got.categories.is_unique
+    pd.testing.assert_series_equal(
+        pd.Series(got).astype(object), want.astype(object), check_names=False
+    )
+    assert np.array_equal(got.isna(), pd.isna(values))
