@@ -9,11 +9,16 @@ are synthetic events with ``events / 20`` users and 50,000 items (10M events: 50
 - ``int`` / ``str``: the same events from a Parquet file (``dataset=file``) with integer ids or
   with text ids (``u00012345``, ``i00042``; pandas reads them as Arrow-backed ``str``).
 
+``--repeats F``: a share F of the file's events are a user's repeat of an earlier event (same
+user and item, a later time), as click and purchase logs have; synthetic events never repeat a
+pair, so without it the loader's duplicate check never meets a repeated pair.
+
 The machine may be shared: the table gives wall and CPU seconds (user + system, all threads)
 and the load average during the case. Stage rows come from the run's ``stages.json``.
 
     python benchmarks/bench_harness.py --events 1000000 10000000 --ids synthetic int str
     python benchmarks/bench_harness.py --events 50000000 --ids synthetic
+    python benchmarks/bench_harness.py --events 10000000 --ids int str --repeats 0.2
 """
 
 from __future__ import annotations
@@ -40,12 +45,21 @@ from harness import synthetic
 ITEMS = 50_000
 
 
-def _write_events(events: int, ids: str, folder: Path) -> Path:
-    """The synthetic events of this size as Parquet, ids as integers or as text."""
-    path = folder / f"events-{events}-{ids}.parquet"
+def _write_events(events: int, ids: str, folder: Path, repeats: float = 0.0) -> Path:
+    """The synthetic events of this size as Parquet, ids as integers or as text, a share
+    ``repeats`` of them repeats of earlier events one second to a day later."""
+    path = folder / f"events-{events}-{ids}-{repeats:g}.parquet"
     if path.exists():
         return path
-    frame = synthetic.generate(events // 20, ITEMS, events, seed=0)
+    again = int(events * repeats)
+    frame = synthetic.generate(events // 20, ITEMS, events - again, seed=0)
+    if again:
+        rng = np.random.default_rng(1)
+        copies = frame.iloc[rng.integers(0, len(frame), again)]
+        copies = copies.assign(timestamp=copies["timestamp"] + rng.integers(1, 86_400, again))
+        frame = pd.concat([frame, copies], ignore_index=True)
+        # a copy can land on the time of another copy of its event: events stay distinct
+        frame = frame.drop_duplicates(["user", "item", "timestamp"], ignore_index=True)
     if ids == "str":
         users = np.char.add("u", np.char.zfill(np.arange(events // 20).astype(str), 8))
         items = np.char.add("i", np.char.zfill(np.arange(ITEMS).astype(str), 5))
@@ -57,9 +71,9 @@ def _write_events(events: int, ids: str, folder: Path) -> Path:
     return path
 
 
-def run_case(events: int, ids: str, folder: Path) -> dict[str, Any]:
+def run_case(events: int, ids: str, folder: Path, repeats: float = 0.0) -> dict[str, Any]:
     """One run of ``python -m harness``: its stage rows and the process's wall/CPU/peak."""
-    runs = folder / f"runs-{events}-{ids}"
+    runs = folder / f"runs-{events}-{ids}-{repeats:g}"
     if ids == "synthetic":
         data = [
             f"dataset.n_users={events // 20}",
@@ -67,7 +81,7 @@ def run_case(events: int, ids: str, folder: Path) -> dict[str, Any]:
             f"dataset.n_events={events}",
         ]
     else:
-        data = ["dataset=file", f"dataset.path={_write_events(events, ids, folder)}"]
+        data = ["dataset=file", f"dataset.path={_write_events(events, ids, folder, repeats)}"]
     cmd = [
         sys.executable, "-m", "harness", *data, "model=[popularity,item_knn]",
         f"runs_dir={runs}", "progress=false",
@@ -86,7 +100,7 @@ def run_case(events: int, ids: str, folder: Path) -> dict[str, Any]:
     stages = json.loads(next(runs.glob("results/*/*/stages.json")).read_text())
     return {
         "events": events,
-        "ids": ids,
+        "ids": ids if not repeats or ids == "synthetic" else f"{ids}, {repeats:.0%} repeats",
         "rows": stages["stages"],
         "wall": wall,
         "cpu": usage.ru_utime + usage.ru_stime,
@@ -130,6 +144,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--ids", nargs="+", default=["synthetic", "int", "str"])
+    p.add_argument(
+        "--repeats", type=float, default=0.0, help="share of file events that repeat a pair"
+    )
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument(
         "--folder", type=Path, help="keep the data and the runs' results here (default: a temp dir)"
@@ -147,7 +164,7 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for events in args.events:
             for ids in args.ids:
-                results.append(run_case(events, ids, folder))
+                results.append(run_case(events, ids, folder, args.repeats))
                 r = results[-1]
                 print(
                     f"{events:,} events, {ids} ids: wall {r['wall']:.1f} s, CPU {r['cpu']:.1f} s, "
