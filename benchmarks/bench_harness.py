@@ -88,7 +88,8 @@ def run_case(events: int, ids: str, folder: Path, repeats: float = 0.0) -> dict[
     ]  # fmt: skip
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    log_out, log_err = runs.with_suffix(".out"), runs.with_suffix(".err")
+    # not with_suffix: "runs-…-0.2" would lose its ".2"
+    log_out, log_err = runs.parent / f"{runs.name}.out", runs.parent / f"{runs.name}.err"
     with log_out.open("w") as fo, log_err.open("w") as fe:
         proc = subprocess.Popen(cmd, stdout=fo, stderr=fe)
         _, status, usage = os.wait4(proc.pid, 0)  # the child's own CPU time
@@ -97,7 +98,8 @@ def run_case(events: int, ids: str, folder: Path, repeats: float = 0.0) -> dict[
     code = proc.returncode = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({code}):\n{err[-3000:]}")
-    stages = json.loads(next(runs.glob("results/*/*/stages.json")).read_text())
+    # this run's: a kept --folder holds earlier runs too (folder names start with the time)
+    stages = json.loads(max(runs.glob("results/*/*/stages.json")).read_text())
     return {
         "events": events,
         "ids": ids if not repeats or ids == "synthetic" else f"{ids}, {repeats:.0%} repeats",
