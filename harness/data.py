@@ -228,8 +228,7 @@ def load_interactions_coded(
     duplicates: str = "error",
     timestamp_format: str | None = None,
 ) -> tuple[pd.DataFrame, dict[str, IdCodes]]:
-    """:func:`load_interactions`, plus the codes of its text id columns (see :class:`IdCodes`;
-    none when the duplicates policy removed rows).
+    """:func:`load_interactions`, plus the codes of its text id columns (see :class:`IdCodes`).
 
     Parquet text id columns are read dictionary-encoded: the validation then works on each
     distinct id once, without decoding and hashing every row's string.
@@ -374,8 +373,12 @@ def _validate(
         out[RATING] = _normalize_ratings(df[RATING], source, _label(RATING, mapping), rating_range)
     # no copy: the columns are new arrays or copy-on-write views, never changed in place
     result = pd.DataFrame({name: _values(col) for name, col in out.items()}, copy=False)
-    final = _apply_duplicate_policy(result, duplicates, source, coded)
-    return final, (coded if final is result else {})
+    keep = _duplicate_policy_rows(result, duplicates, source, coded)
+    if keep is None:
+        return result, coded
+    # each dropped row repeats a kept event: every distinct id is still used
+    kept = {name: IdCodes(c.codes[keep], c.uniques) for name, c in coded.items()}
+    return result[keep].reset_index(drop=True), kept
 
 
 # --------------------------------------------------------------------------------- helpers
@@ -1118,19 +1121,19 @@ def _repeated_events(
     return rows, repeats
 
 
-def _apply_duplicate_policy(
+def _duplicate_policy_rows(
     df: pd.DataFrame,
     duplicates: str,
     source: str,
     coded: Mapping[str, IdCodes] | None = None,
-) -> pd.DataFrame:
-    """``df`` under the policy for repeated (user, item, timestamp) events: kept, an error
-    naming the first, or all but the first (last) of each."""
+) -> np.ndarray | None:
+    """The rows (a mask) the policy for repeated (user, item, timestamp) events keeps: all
+    (None), an error naming the first repeat, or all but the first (last) of each event."""
     if duplicates == "keep_all":
-        return df
+        return None
     found = _repeated_events(df, coded or {})
     if found is None:
-        return df
+        return None
     rows, repeats = found
     if duplicates == "error":
         event = np.cumsum(~repeats)
@@ -1149,4 +1152,4 @@ def _apply_duplicate_policy(
     drop = rows[repeats] if duplicates == "keep_first" else rows[np.append(repeats[1:], False)]
     keep = np.ones(len(df), dtype=bool)
     keep[drop] = False
-    return df[keep].reset_index(drop=True)
+    return keep

@@ -568,7 +568,7 @@ def read_interactions(
 def _duplicate_policy(
     df: DataFrame, duplicates: str, source: str, policies: tuple[str, ...], window: Any
 ) -> DataFrame:
-    """:func:`harness.data._apply_duplicate_policy` on Spark: ``error`` counts the rows in
+    """:func:`harness.data._duplicate_policy_rows` on Spark: ``error`` counts the rows in
     duplicate (user, item, timestamp) events (one job); ``keep_first`` / ``keep_last`` keep one
     per event by input order (Spark's ``monotonically_increasing_id``)."""
     from pyspark.sql import functions as sf

@@ -133,11 +133,20 @@ def test_digest_from_the_loader_codes_is_the_plain_digest(tmp_path: Path) -> Non
     assert from_csv.coded is not None and from_csv.sha256 == data_hash(from_csv.frame) == plain
     freed = from_csv.without_codes()  # after the split: the codes go, the digest stays
     assert freed.coded is None and freed.digest == plain and freed.frame is from_csv.frame
-    # a duplicates policy that removes rows gives no codes (they would be stale)
-    dup = pd.concat([text, text.iloc[:3]], ignore_index=True)
+    # a duplicates policy that removes rows: the codes of the rows it keeps
+    dup = pd.concat([text.iloc[:3], text, text.iloc[5:9]], ignore_index=True)
     dup.to_parquet(tmp_path / "dup.parquet")
-    frame, coded = load_interactions_coded(tmp_path / "dup.parquet", duplicates="keep_first")
-    assert coded == {} and len(frame) == len(text)
+    for policy in ("keep_first", "keep_last"):
+        frame, coded = load_interactions_coded(tmp_path / "dup.parquet", duplicates=policy)
+        assert len(frame) == len(text) and set(coded) == {"user", "item"}
+        for name, codes in coded.items():
+            assert codes.uniques.is_unique
+            assert len(np.unique(codes.codes)) == len(codes.uniques)  # every id still used
+            np.testing.assert_array_equal(
+                codes.uniques.to_numpy(dtype=object)[codes.codes],
+                frame[name].to_numpy(dtype=object),
+            )
+        assert data_hash(frame, coded) == data_hash(frame)
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -208,18 +217,23 @@ def test_parquet_text_id_errors_name_the_row(tmp_path: Path) -> None:
         load_interactions(tmp_path / "dup.parquet")
 
 
-@pytest.mark.parametrize("pages", ["indices", "plain"])
+@pytest.mark.parametrize("pages", ["indices", "plain", "repeats"])
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_split_from_the_loader_codes_is_the_plain_split(
     method: str, pages: str, tmp_path: Path
 ) -> None:
+    """``repeats``: the file repeats 7 events, which ``keep_first`` drops (the codes of the
+    rows kept then reach the split)."""
     # shuffled rows: the loader's codes are in order of first occurrence, not text order
     ints = _int_events().sample(frac=1.0, random_state=1).reset_index(drop=True)
     text = _as_text(ints)
     path = tmp_path / "e.parquet"
-    text.to_parquet(path, use_dictionary=pages == "indices")
-    assert _dictionary_stored(path, _parquet_schema(path), "user") == (pages == "indices")
-    dataset = load_dataset({"kind": "file", "path": str(path)})
+    stored = pd.concat([text, text.iloc[:7]], ignore_index=True) if pages == "repeats" else text
+    stored.to_parquet(path, use_dictionary=pages != "plain")
+    assert _dictionary_stored(path, _parquet_schema(path), "user") == (pages != "plain")
+    spec = {"kind": "file", "path": str(path), "duplicates": "keep_first"}
+    dataset = load_dataset(spec)
+    assert len(dataset.frame) == len(text)
     assert dataset.coded is not None and set(dataset.coded) == {"user", "item"}
     got = load_or_make_split(
         dataset.frame,
