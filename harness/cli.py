@@ -119,7 +119,7 @@ def format_summary(result: ExperimentResult) -> str:
     """The model × metric table, the split in one line and failures, for the terminal."""
     stats = result.split.stats
     lines = [
-        f"dataset {result.dataset.name}: {len(result.dataset.frame):,} events | split "
+        f"dataset {result.dataset.name}: {result.dataset.events:,} events | split "
         f"{result.split.name}: train {stats.get('n_train_events', 0):,} / test "
         f"{stats.get('n_test_events', 0):,} events, {stats.get('n_test_users', 0):,} test users",
         "",
@@ -388,6 +388,8 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     if spark is not None and len(split.train) == int(split.stats.get("n_train_events", -1)):
         # the driver copy (at most engine.driver_rows events) where harness.compare finds it
         save_split(split, runs_dir / "splits", key, dataset.sha256)
+    if spark is None:  # the split's parts hold what the run reads: the events' memory goes
+        dataset = dataset.released(split.stats)
     folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
     _active["folder"] = folder
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))

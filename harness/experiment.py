@@ -31,7 +31,7 @@ from harness.models import (
     Recommender,
     padding_mask,
 )
-from harness.split import Split, input_distinct
+from harness.split import Split
 from metrics.checks import require_choice, require_int
 
 #: A metric engine: ``metrics.evaluate`` or one with the same signature and results.
@@ -403,7 +403,7 @@ def run_models(
     ``evaluate`` is the metric engine (``metrics.evaluate``, or the Spark engine's equivalent).
     """
     qrels = qrels_from_test(split.test, suite)
-    catalog = input_distinct(dataset.frame, ITEM, split.stats) or 0
+    catalog = dataset.distinct(ITEM, split.stats) or 0
     side = dataset.side_inputs()  # item features / embeddings / groups of beyond-accuracy metrics
     if side:
         evaluate = partial(evaluate, **side)

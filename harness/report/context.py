@@ -21,7 +21,6 @@ from harness import gate
 from harness.compare import PairComparison
 from harness.gate import GateDecision, worst
 from harness.report.format import finite, fmt_ci, fmt_lift, fmt_value
-from harness.split import input_distinct
 
 if TYPE_CHECKING:
     from harness.experiment import ExperimentResult
@@ -162,13 +161,13 @@ class ReportContext:
             segment_definitions = next(
                 (getattr(p, "segments", None) for p in pairs if getattr(p, "segments", None)), {}
             )
-        frame = result.dataset.frame
+        data = result.dataset
         dataset = DatasetInfo(
-            name=str(result.dataset.name),
-            source=str(result.dataset.source),
-            events=len(frame),
-            users=input_distinct(frame, "user", result.split.stats),
-            items=input_distinct(frame, "item", result.split.stats),
+            name=str(data.name),
+            source=str(data.source),
+            events=data.events,
+            users=data.distinct("user", result.split.stats),
+            items=data.distinct("item", result.split.stats),
         )
         tuning = read_tuning(getattr(result, "folder", None))
         model_notes = [f"{n}: {note}" for n, o in result.outcomes.items() for note in o.notes]

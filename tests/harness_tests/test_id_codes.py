@@ -221,6 +221,27 @@ def test_distinct_counts_from_split_stats_are_nunique() -> None:
     assert input_distinct(frame.drop(columns="item"), "item", split.stats) is None
 
 
+def test_a_released_dataset_keeps_its_counts_and_digest_only() -> None:
+    from harness.datasets import Dataset
+
+    frame = _text(_ints())
+    split = make_split(frame, "user_time", test_ratio=0.3)
+    full = Dataset("d", frame, "memory")
+    gone = full.released(split.stats)
+    assert len(gone.frame) == 0 and gone.frame.dtypes.to_dict() == frame.dtypes.to_dict()
+    assert gone.events == full.events == len(frame)
+    assert gone.sha256 == data_hash(frame)
+    for column in ("user", "item"):
+        assert gone.distinct(column, split.stats) == frame[column].nunique()
+        # another split's stats cannot describe these events: an error, never a count of 0
+        other = make_split(frame.iloc[:50], "user_time", test_ratio=0.3).stats
+        with pytest.raises(ValueError, match=f"released after the split.*distinct {column}s"):
+            gone.distinct(column, other)
+    assert gone.released(split.stats) is gone
+    assert full.released({}) is full  # no counts in the stats: the events stay
+    assert full.released(other) is full
+
+
 # ----------------------------------------------------------- loading, split parts, buckets, digests
 
 
