@@ -10,6 +10,7 @@ Ids include strings whose fingerprints collide (same length and last 8 bytes), s
 from __future__ import annotations
 
 import os
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -162,8 +163,6 @@ def test_equal_strings_have_equal_fingerprints_wherever_they_sit(strings, cut, l
     """In any chunk, at any offset of Arrow's buffers (slices, strings ending in the first
     bytes), in slices of any size (scratch reused): equal strings hash equal, each to what a
     naive hash of its length and last 8 bytes (zeros before a shorter string) gives."""
-    from unittest import mock
-
     arr = pa.array(strings, pa.large_string() if large else pa.string())
     cut = min(cut, len(strings))
     with mock.patch("metrics.engine._FP_ROWS", slice_rows):
