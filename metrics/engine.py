@@ -409,6 +409,27 @@ def _merge_blocks(
     return order, np.concatenate(([0], np.cumsum(counts))), np.asarray(uniques)
 
 
+def _int_item_keys(
+    q: np.ndarray, r: np.ndarray, id_order: str, n_truth: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int, int]:
+    """:func:`_item_keys` of int64 truth and run item ids."""
+    present = [a for a in (q, r) if len(a)]  # the cut may leave no run rows
+    offset = min(int(a.min()) for a in present) if present else 0
+    span = max(int(a.max()) for a in present) - offset + 1 if present else 1
+    wide = max(abs(offset), abs(offset + span)) >= PAD_KEY
+    if id_order == "natural" and not wide and span * max(n_truth, 1) < PAD_KEY:
+        return q, r, None, offset, span
+    codes, values = pd.factorize(np.concatenate([q, r]))
+    values = np.asarray(values)
+    # "string": compared as their decimal strings, the way trec_eval compares docnos
+    by = values if id_order == "natural" else values.astype(str)
+    order = np.argsort(by, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    keys = rank[codes]
+    return keys[: len(q)], keys[len(q) :], values[order], 0, len(values)
+
+
 def _item_keys(
     q_item: pd.Series,
     r_item: pd.Series,
@@ -424,21 +445,9 @@ def _item_keys(
     too wide to combine with a user index; otherwise keys are ranks of the distinct ids.
     """
     if is_int:
-        q, r = q_item.to_numpy(dtype=np.int64), r_item.to_numpy(dtype=np.int64)
-        offset = int(min(q.min(), r.min()))
-        span = int(max(q.max(), r.max())) - offset + 1
-        wide = max(abs(offset), abs(offset + span)) >= PAD_KEY
-        if id_order == "natural" and not wide and span * max(n_truth, 1) < PAD_KEY:
-            return q, r, None, offset, span
-        codes, values = pd.factorize(np.concatenate([q, r]))
-        values = np.asarray(values)
-        # "string": compared as their decimal strings, the way trec_eval compares docnos
-        by = values if id_order == "natural" else values.astype(str)
-        order = np.argsort(by, kind="stable")
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order), dtype=np.int64)
-        keys = rank[codes]
-        return keys[: len(q)], keys[len(q) :], values[order], 0, len(values)
+        return _int_item_keys(
+            q_item.to_numpy(dtype=np.int64), r_item.to_numpy(dtype=np.int64), id_order, n_truth
+        )
     (q_keys, r_keys), distinct = _link([_codes(q_item, pool), _codes(r_item, pool, "run")], pool)
     values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)
     return q_keys, r_keys, values, 0, len(values)
@@ -490,6 +499,16 @@ def _chunk_fingerprints(chunk: pa.Array) -> np.ndarray:
     return out
 
 
+def _int_fingerprints(ids: np.ndarray) -> np.ndarray:
+    """:func:`_fingerprints` of int64 ids: the high half of each id times an odd constant (ids
+    that differ in their high bits only still mostly differ)."""
+    out = np.empty(len(ids), np.uint32)
+    for lo in range(0, len(ids), _FP_ROWS):
+        word = ids[lo : lo + _FP_ROWS].view(np.uint64) * _FP_MUL
+        out[lo : lo + len(word)] = word.view(np.uint32)[1::2]
+    return out
+
+
 def _fingerprints(data: pa.ChunkedArray, pool: Executor | None = None) -> np.ndarray:
     """A 32-bit hash of each string (its length and last 8 bytes), read from Arrow's buffers
     without encoding (in pieces on ``pool``): equal strings hash equal, so rows can hold the
@@ -500,14 +519,20 @@ def _fingerprints(data: pa.ChunkedArray, pool: Executor | None = None) -> np.nda
     return np.concatenate(parts) if parts else np.empty(0, np.uint32)
 
 
+#: Users per block at most: each user also costs per-user arrays (ideal gains, judged top-k
+#: rows), which a budget of cells alone lets grow with short (cut) lists.
+_BLOCK_USERS = 1 << 16
+
+
 def _blocks(group_user: np.ndarray, group_start: np.ndarray, budget: int) -> Iterator[np.ndarray]:
-    """Evaluated groups in blocks of about ``budget`` padded cells, by length class."""
+    """Evaluated groups in blocks of about ``budget`` padded cells (and at most
+    :data:`_BLOCK_USERS` groups), by length class."""
     groups = np.flatnonzero(group_user >= 0)
     sizes = np.diff(group_start)
     level = np.ceil(np.log2(np.maximum(sizes[groups], 1))).astype(np.int64)
     for lv in np.unique(level):
         members = groups[level == lv]
-        per_batch = max(1, budget // int(sizes[members].max()))
+        per_batch = max(1, min(budget // int(sizes[members].max()), _BLOCK_USERS))
         for lo in range(0, len(members), per_batch):
             yield members[lo : lo + per_batch]
 
@@ -539,15 +564,17 @@ def _first_duplicate(
     where: slice | np.ndarray,
     valid: np.ndarray | None,
     w: int,
-    fp: np.ndarray,
+    fp: Callable[[slice | np.ndarray, int], np.ndarray],
     text: Callable[[np.ndarray], pa.Array],
-) -> tuple[int, str] | None:
+    id_order: str = "natural",
+) -> tuple[int, object] | None:
     """(block row, smallest duplicated id) of the first list holding an id twice, or None.
 
-    Lists are sorted by fingerprint; only lists where two fingerprints collide have their
-    ids (``text`` of row positions) compared exactly.
+    Lists are sorted by fingerprint (``fp`` of :func:`_cells`' ``where`` and ``w``: 32-bit);
+    only lists where two fingerprints collide have their ids (``text`` of row positions)
+    compared exactly. "Smallest" under ``id_order``.
     """
-    keys = _block(fp, where, w)
+    keys = fp(where, w)
     if valid is not None:  # padding above every 32-bit fingerprint, distinct per column
         keys = np.where(valid, keys, np.uint64(1 << 32) + np.arange(w, dtype=np.uint64))
     ordered = np.sort(keys, axis=1)
@@ -568,7 +595,7 @@ def _first_duplicate(
         return None
     first = int(dup[0] // n)
     ids = enc.dictionary.take(pa.array(dup[dup // n == first] % n)).to_pylist()
-    return first, min(ids)
+    return first, min(ids, key=str if id_order == "string" else None)
 
 
 #: Padded cells per block of the cut (temporaries that stay in cache).
@@ -579,20 +606,22 @@ def _cut(
     group_start: np.ndarray,
     group_user: np.ndarray,
     score: np.ndarray,
-    fp: np.ndarray,
+    fp: Callable[[slice | np.ndarray, int], np.ndarray],
     depth: int,
     text: Callable[[np.ndarray], pa.Array],
     users: Any,
+    id_order: str = "natural",
     pool: Executor | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, ValueError | None]:
     """The rows that can reach an evaluated user's top ``depth`` (score at least the list's
     ``depth``-th best, so ties at the boundary stay whole), their scores, the groups' starts
     among them, and the run's duplicate (user, item) error if any (the first in batch order,
-    as :func:`batches` would report it). Blocks run on ``pool`` (numpy releases the GIL)."""
+    as :func:`batches` would report it, naming the smallest duplicated id under ``id_order``).
+    Blocks run on ``pool`` (numpy releases the GIL)."""
 
     def block(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray] | ValueError:
         where, valid, w = _cells(group_start, groups)
-        found = _first_duplicate(where, valid, w, fp, text)
+        found = _first_duplicate(where, valid, w, fp, text, id_order)
         if found is not None:
             row, item = found
             return ValueError(
@@ -615,15 +644,16 @@ def _cut(
         return where[chosen], s[chosen]
 
     parts = _map(pool, block, list(_blocks(group_user, group_start, _CUT_CELLS)))
-    kept: list[np.ndarray] = []
-    kept_scores: list[np.ndarray] = []
     for part in parts:
         if isinstance(part, ValueError):
             return np.empty(0, np.int64), np.empty(0), group_start, part
-        kept.append(part[0])
-        kept_scores.append(part[1])
+    # one column at a time, each part dropped once joined: less memory at once
+    kept, kept_scores = [p[0] for p in parts], [p[1] for p in parts]
+    del parts
     rows = np.concatenate(kept) if kept else np.empty(0, np.int64)
+    del kept
     scores = np.concatenate(kept_scores) if kept_scores else np.empty(0)
+    del kept_scores
     if len(rows) > 1 and not (rows[1:] > rows[:-1]).all():  # blocks of several length classes
         by_row = np.argsort(rows)
         rows, scores = rows[by_row], scores[by_row]
@@ -660,7 +690,7 @@ class Prepared:
     truth_items: np.ndarray  # item keys of every truth row, evaluated users or not (repeats)
     counts: dict[str, int] = field(default_factory=dict)
     depth: int | None = None  # lists cut to the rows that can reach a top-`depth` list
-    run_strings: pa.ChunkedArray | None = None  # every run item id, when lists are cut
+    run_every_item: np.ndarray | pa.ChunkedArray | None = None  # when lists are cut
 
     def item_ids(self, keys: np.ndarray) -> np.ndarray:
         """Original item ids of item keys."""
@@ -668,8 +698,11 @@ class Prepared:
 
     def run_item_ids(self) -> np.ndarray:
         """The distinct ids of every run item (cut lists included)."""
-        if self.run_strings is not None:
-            return np.asarray(pc.unique(self.run_strings).to_numpy(zero_copy_only=False), object)
+        every = self.run_every_item
+        if isinstance(every, np.ndarray):
+            return np.sort(pd.unique(every))
+        if every is not None:
+            return np.asarray(pc.unique(every).to_numpy(zero_copy_only=False), object)
         return self.item_ids(np.unique(self.run_items))
 
 
@@ -690,11 +723,16 @@ def prepare(
     items_int = _same_kind(qrels["item"], run["item"], "item")
 
     # Every id becomes an int key ordered as the ids are (string ids: their rank among the
-    # distinct ids, computed without turning the column into Python objects).
+    # distinct ids, computed without turning the column into Python objects). With ``depth``,
+    # run items are keyed only in the rows that can reach a top-``depth`` list.
+    every: np.ndarray | pa.ChunkedArray | None = None  # every run item id, for the cut
+    if depth is not None:
+        every = run["item"].to_numpy(dtype=np.int64) if items_int else _cut_strings(run["item"])
     n = workers(len(run))
     with ThreadPoolExecutor(n) if n > 1 else nullcontext() as pool:
         order, group_start, group = _group_rows(run["user"], pool)
         q_user, group_ids, user_values = _user_keys(qrels["user"], group, pool)
+        n_truth = len(q_user)
         if user_values is not None and len(pd.unique(group_ids)) != len(group_ids):
             if _arrow_strings(run["user"]) is None:
                 raise ValueError(
@@ -702,60 +740,87 @@ def prepare(
                     "'1'); make the ids one type"
                 )
             order, group_start, group_ids = _merge_blocks(group_start, group_ids)
-        strings = None if items_int or depth is None else _cut_strings(run["item"])
-        if strings is None:
+        if every is None:
             q_item, r_item, item_values, offset, span = _item_keys(
-                qrels["item"], run["item"], items_int, options.id_order, len(q_user), pool
+                qrels["item"], run["item"], items_int, options.id_order, n_truth, pool
             )
             if order is not None:
                 r_item = r_item[order]
-        else:
+        elif not items_int:
             q_coded = _codes(qrels["item"], pool)
-    if order is not None:
-        score = score[order]
+        if order is not None:
+            score = score[order]
 
-    q_users = _unique(q_user)
-    if options.user_set == "truth":
-        users = np.sort(q_users)
-    else:
-        users = np.sort(np.intersect1d(q_users, group_ids))
-    index = pd.Index(users)
-    group_user = index.get_indexer(group_ids).astype(np.int64)
-    q_code = index.get_indexer(q_user).astype(np.int64)
-    if user_values is not None:
-        users = user_values[users]
+        q_users = _unique(q_user)
+        if options.user_set == "truth":
+            users = np.sort(q_users)
+        else:
+            users = np.sort(np.intersect1d(q_users, group_ids))
+        index = pd.Index(users)
+        group_user = index.get_indexer(group_ids).astype(np.int64)
+        q_code = index.get_indexer(q_user).astype(np.int64)
+        del q_user  # large as the truth; read no more
+        if user_values is not None:
+            users = user_values[users]
 
-    run_error = None
-    if strings is not None and depth is not None:
-        rows_of = (lambda p: p) if order is None else (lambda p: order[p])
+        run_error = None
+        if every is not None and depth is not None:
+            rows_of = (lambda p: p) if order is None else (lambda p: order[p])
+            ids = every  # bound for the closure below (mypy narrows ``every`` only here)
 
-        def text(positions: np.ndarray) -> pa.Array:
-            index = pa.array(rows_of(positions))
-            if strings.num_chunks == 1:  # a chunked take's result costs a copy to combine
-                return strings.chunk(0).take(index)
-            return strings.take(index).combine_chunks()
+            def text(positions: np.ndarray) -> pa.Array:
+                """The run item ids at (grouped) row ``positions``, as an Arrow array."""
+                rows = rows_of(positions)
+                if isinstance(ids, np.ndarray):
+                    return pa.array(ids[rows])
+                index = pa.array(rows)
+                if ids.num_chunks == 1:  # a chunked take's result costs a copy to combine
+                    return ids.chunk(0).take(index)
+                return ids.take(index).combine_chunks()
 
-        with ThreadPoolExecutor(n) if n > 1 else nullcontext() as pool:
-            fp = _fingerprints(strings, pool)
+            if isinstance(ids, np.ndarray):  # int ids: hashed block by block (no copy)
+
+                def fp(where: slice | np.ndarray, w: int) -> np.ndarray:
+                    block = _block(ids, where, w) if order is None else ids[_block(order, where, w)]
+                    return _int_fingerprints(block.ravel()).reshape(block.shape)
+
+            else:
+                every_fp = _fingerprints(ids, pool)
+                grouped_fp = every_fp if order is None else every_fp[order]
+
+                def fp(where: slice | np.ndarray, w: int) -> np.ndarray:
+                    return _block(grouped_fp, where, w)
+
             kept, score, group_start, run_error = _cut(
                 group_start,
                 group_user,
                 score,
-                fp if order is None else fp[order],
+                fp,
                 depth,
                 text,
                 users,
+                options.id_order if items_int else "natural",
                 pool,
             )
-            pieces = np.array_split(kept, workers(len(kept)))
-            kept_coded = _Coded.of(_map(pool, lambda rows: _encode(text(rows)), pieces))
-            (q_item, r_item), distinct = _link([q_coded, kept_coded], pool)
-        item_values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)
-        offset, span = 0, len(item_values)
+            if isinstance(ids, np.ndarray):
+                q_item, r_item, item_values, offset, span = _int_item_keys(
+                    qrels["item"].to_numpy(dtype=np.int64),
+                    ids[rows_of(kept)],
+                    options.id_order,
+                    n_truth,
+                )
+            else:
+                pieces = np.array_split(kept, workers(len(kept)))
+                kept_coded = _Coded.of(_map(pool, lambda rows: _encode(text(rows)), pieces))
+                (q_item, r_item), distinct = _link([q_coded, kept_coded], pool)
+                item_values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)
+                offset, span = 0, len(item_values)
+            del kept
 
     truth_items = q_item  # every truth item, evaluated users or not (catalog size)
     keep = q_code >= 0
-    q_code, q_item, rel = q_code[keep], q_item[keep], rel[keep]
+    if not keep.all():  # copies only when some truth user is not evaluated
+        q_code, q_item, rel = q_code[keep], q_item[keep], rel[keep]
     q_keys = q_code * span + (q_item - offset)
     # not a stable sort: equal keys are duplicates, an error naming their (equal) ids
     by_key = None if _is_sorted(q_keys) else np.argsort(q_keys)
@@ -809,8 +874,8 @@ def prepare(
         item_values=item_values,
         truth_items=truth_items,
         counts=counts,
-        depth=None if strings is None else depth,
-        run_strings=strings,
+        depth=None if every is None else depth,
+        run_every_item=every,
     )
 
 

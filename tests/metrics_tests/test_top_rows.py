@@ -1,10 +1,10 @@
-"""Arrow string item ids with only cutoff metrics: only the rows that can reach a top-k list are
-encoded, and the duplicate check reads a fingerprint of every row.
+"""Item ids with only cutoff metrics: only the rows that can reach a top-k list are encoded
+(strings) or keyed (integers), and the duplicate check reads a fingerprint of every row.
 
-The references never take that path: the same data with each id replaced by its rank in string
-order (integer ids), and the same string data with a metric that needs every row (``auc``).
-Ids include strings whose fingerprints collide (same length and last 8 bytes), scores tie often
-(ties at the k boundary decide the numbers), and duplicates sit anywhere in a list.
+The references never take that path: the same data with a metric that needs every row (``auc``),
+and for strings also the same data with each id replaced by its rank in string order (integer
+ids). Ids include strings and integers whose fingerprints collide, scores tie often (ties at the
+k boundary decide the numbers), and duplicates sit anywhere in a list.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from id_strategies import KINDS, LONG_IDS, TWINS, as_ints, frame, string_ranks, tables
 
 import metrics
-from metrics.engine import _fingerprints, prepare
+from metrics.engine import _fingerprints, _int_fingerprints, prepare
 from metrics.options import Options
 
 SETTINGS = settings(
@@ -268,3 +268,94 @@ def test_cut_in_many_blocks_on_threads_gives_the_same_numbers_and_first_error(mo
     got = metrics.evaluate(qrels, run, CUT, tie_break="item_desc")
     pd.testing.assert_frame_equal(got.per_user, want)
     assert _outcome(qrels, dup, ["precision@1"]) == want_error
+
+
+#: the inverse of the fingerprints' multiplier modulo 2**64: ``x + k * _INV`` multiplies to
+#: ``x * M + k``, so small multiples share the product's high half (colliding fingerprints)
+_INV = pow(0x9E3779B97F4A7C15, -1, 2**64)
+INT_TWINS = [(k * _INV + 2**63) % 2**64 - 2**63 for k in range(4)]
+#: int64 ids: small (their own keys), extremes and powers of two (spread too wide: ranked),
+#: fingerprint twins
+INT_IDS = st.one_of(
+    st.integers(-3, 12),
+    st.sampled_from([-(2**63), 2**63 - 1, 2**32, 2**33, -(2**40), *INT_TWINS]),
+    st.integers(-(2**63), 2**63 - 1),
+)
+
+
+def _int_frame(rows: list[tuple], value: str) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["user", "item", value]).astype(
+        {"user": np.int64, "item": np.int64}
+    )
+
+
+@SETTINGS
+@given(
+    t=tables(ids=INT_IDS, max_items=14, max_users=5),
+    tie_break=st.sampled_from(["item_asc", "item_desc", "input_order"]),
+    id_order=st.sampled_from(["natural", "string"]),
+    user_set=st.sampled_from(["truth", "intersection"]),
+    names=st.sampled_from([CUT, CUT + CATALOG, ["precision@1"], ["ndcg@10", "recall@1"]]),
+)
+def test_int_ids_cut_lists_match_whole_lists(t, tie_break, id_order, user_set, names):
+    qrels, run = t
+    q, r = _int_frame(qrels, "relevance"), _int_frame(run, "score")
+    opts = {"tie_break": tie_break, "id_order": id_order, "user_set": user_set}
+    got = metrics.evaluate(q, r, names, **opts)
+    whole = metrics.evaluate(q, r, [*names, "auc"], **opts)  # auc reads every row: no cut
+    assert list(got.per_user.index) == list(whole.per_user.index)
+    np.testing.assert_array_equal(got.per_user.to_numpy(), whole.per_user[names].to_numpy())
+    assert got.counts == {k: whole.counts[k] for k in got.counts}  # auc adds its own
+
+
+@SETTINGS
+@given(
+    t=tables(ids=INT_IDS, max_items=14, max_users=5, duplicate=True),
+    id_order=st.sampled_from(["natural", "string"]),
+)
+def test_int_ids_duplicates_anywhere_raise_the_whole_list_error(t, id_order):
+    qrels, run = t
+    q, r = _int_frame(qrels, "relevance"), _int_frame(run, "score")
+
+    def outcome(names: list[str]) -> object:
+        try:
+            return metrics.evaluate(q, r, names, id_order=id_order).per_user["precision@1"].tolist()
+        except ValueError as err:
+            return str(err)
+
+    whole, got = outcome(["precision@1", "auc"]), outcome(["precision@1"])
+    assert got == whole or (np.isnan(got).tolist() == np.isnan(whole).tolist())
+
+
+@SETTINGS
+@given(
+    ids=st.lists(INT_IDS, min_size=1, max_size=30),
+    slice_rows=st.sampled_from([1, 3, 7, 1 << 18]),
+)
+def test_int_fingerprints_are_the_high_half_of_the_product(ids, slice_rows):
+    values = np.array(ids, dtype=np.int64)
+    with mock.patch("metrics.engine._FP_ROWS", slice_rows):
+        fp = _int_fingerprints(values)
+    assert fp.dtype == np.uint32
+    assert fp.tolist() == [(x % 2**64 * 0x9E3779B97F4A7C15 % 2**64) >> 32 for x in ids]
+
+
+def test_int_twins_collide_yet_are_different_ids():
+    assert len(set(_int_fingerprints(np.array(INT_TWINS, dtype=np.int64)).tolist())) == 1
+    a, b = INT_TWINS[1], INT_TWINS[2]
+    q = _int_frame([(7, a, 1)], "relevance")
+    r = _int_frame([(7, a, 1.0), (7, b, 1.0)], "score")
+    assert metrics.evaluate(q, r, ["precision@1"]).summary["precision@1"] == float(a < b)
+    with pytest.raises(ValueError, match=rf"user 7, item {a} appears more than once$"):
+        metrics.evaluate(
+            q, _int_frame([(7, a, 1.0), (7, b, 2.0), (7, a, 0.5)], "score"), ["precision@1"]
+        )
+
+
+@pytest.mark.parametrize(("id_order", "named"), [("natural", 9), ("string", 10)])
+def test_int_ids_duplicate_error_names_the_smallest_id_in_id_order(id_order, named):
+    q = _int_frame([(1, 9, 1)], "relevance")
+    r = _int_frame([(1, 10, 1.0), (1, 9, 2.0), (1, 10, 0.0), (1, 9, 0.5)], "score")
+    for names in (["precision@1"], ["precision@1", "auc"]):  # cut, and whole lists
+        with pytest.raises(ValueError, match=rf"item {named} appears more than once$"):
+            metrics.evaluate(q, r, names, id_order=id_order)
