@@ -19,11 +19,13 @@ the fitted model in-process, in three ways:
 
 - ``full seen``: the model's score rows (``_score_block``, the scores ``recommend`` ranks) with
   every item of the user's FULL training history excluded (at scoring time the whole history
-  exists), then ``topk_rows`` (ties by item id) -- the headline figures;
-- ``as scored``: ``model.recommend(users, 10)``, i.e. exactly what ``plugin_topk`` computes per
-  partition on Spark: the model excludes only the rows it was fitted on, so with F < 1 a user's
-  unsampled training items may be recommended, and a user absent from the sample gets the
-  popularity fallback with nothing excluded;
+  exists), then ``topk_rows`` (ties by item id) -- the headline figures, and what
+  ``engine=spark`` ranks (``plugin_topk`` / ``plugin_catalog`` given the training rows as
+  ``seen``, :func:`harness.spark.models.history`);
+- ``as scored``: ``model.recommend(users, 10)``, i.e. what ``plugin_topk`` computed before it
+  was given ``seen``: the model excludes only the rows it was fitted on, so with F < 1 a user's
+  unsampled training items were recommended, and a user absent from the sample got the
+  popularity fallback with nothing excluded (kept to show what that bug cost);
 - ``full-history profile`` (item-item models only): each user's FULL training items times the
   similarities fitted on the sample, the full history excluded: whether the loss comes from the
   sampled profiles or from the sampled similarities (not what the product does).
@@ -70,7 +72,7 @@ METRICS = ("ndcg@10", "recall@10", "precision@10", "map@10", "coverage@10")
 PAIRED = "ndcg@10"
 #: The second table's kinds of lists (the first: the sampled model, the FULL history excluded).
 LISTS = {
-    "scored": "as scored (sampled rows excluded)",
+    "scored": "sampled rows excluded only (the old engine)",
     "profile": "full-history profile (item-item)",
 }
 
@@ -458,9 +460,10 @@ def main() -> None:
         full_rows,
     )  # fmt: skip
     print(
-        "\nOther lists of the same sampled models. 'as scored': what engine=spark ranks today "
-        "(model.recommend = plugin_topk), only the SAMPLED rows excluded and a user absent from "
-        "the sample given the popularity fallback; 'full-history profile': item-item models "
+        "\nOther lists of the same sampled models. 'sampled rows excluded only': what "
+        "engine=spark ranked before plugin_topk was given the training rows (model.recommend: "
+        "only the SAMPLED rows excluded, a user absent from the sample given the popularity "
+        "fallback with nothing excluded); 'full-history profile': item-item models "
         "only, each user's FULL training items times the similarities fitted on the sample, "
         "the full history excluded (not what the product does)\n"
     )

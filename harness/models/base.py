@@ -385,8 +385,12 @@ class BaseRecommender:
         fit = max(1, _BLOCK_ELEMENTS // max(self.item_ids_.size, 1))
         return min(self.batch_size, fit) if self.batch_size else fit
 
-    def _batches(self, users: np.ndarray, exclude: bool) -> Iterator[tuple[int, np.ndarray]]:
-        """``(start, block)`` per user batch: the batch's score rows, seen items at ``-inf``."""
+    def _batches(
+        self, users: np.ndarray, exclude: bool, seen: sp.csr_matrix | None = None
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """``(start, block)`` per user batch: the batch's score rows, seen items at ``-inf``
+        (with ``exclude``: the fitted rows' items and, when given, ``seen``'s: one row per user of
+        ``users``, columns the model's item codes, for a model fitted on a sample of the rows)."""
         codes = self._user_index.get_indexer(users)
         batch = self._batch_users()
         starts = range(0, users.size, batch)
@@ -394,22 +398,28 @@ class BaseRecommender:
             starts, disable=not self.progress, desc=type(self).__name__, unit="batch"
         ):
             stop = min(start + batch, users.size)
-            yield start, self._score_block(users[start:stop], codes[start:stop], exclude)
+            rows = None if seen is None else seen[start:stop]
+            yield start, self._score_block(users[start:stop], codes[start:stop], exclude, rows)
 
     def _rank(
-        self, users: np.ndarray, k: int, exclude: bool, pairs: np.ndarray | None
+        self,
+        users: np.ndarray,
+        k: int,
+        exclude: bool,
+        pairs: np.ndarray | None,
+        seen: sp.csr_matrix | None = None,
     ) -> tuple[np.ndarray, np.ndarray, AucCounts, np.ndarray]:
         """Top-``k`` of every user as positions in ``item_ids_`` (``-1``: padding) and scores
         and, when ``pairs`` (relevant ``[row; item code]``, sorted by row) is given, the AUC
         counts of each user and the scores of the relevant candidates, from the same score
-        rows."""
+        rows (``seen``: see :meth:`_batches`)."""
         n_users, n_items = users.size, self.item_ids_.size
         scores_out = np.full((n_users, k), -np.inf)
         cols_out = np.full((n_users, k), -1, dtype=np.int64)
         width = min(k, n_items)
         wins, n_pos, n_neg = np.zeros(n_users), np.zeros(n_users), np.zeros(n_users)
         relevant: list[np.ndarray] = []
-        for start, block in self._batches(users, exclude):
+        for start, block in self._batches(users, exclude, seen):
             stop = start + block.shape[0]
             cols, vals = topk_rows(block, width)
             cols_out[start:stop, :width] = cols
@@ -428,12 +438,18 @@ class BaseRecommender:
         return cols_out, scores_out, AucCounts(wins, n_pos, n_neg), scored
 
     def _pooled_wins(
-        self, users: np.ndarray, exclude: bool, pairs: np.ndarray, relevant: np.ndarray
+        self,
+        users: np.ndarray,
+        exclude: bool,
+        pairs: np.ndarray,
+        relevant: np.ndarray,
+        seen: sp.csr_matrix | None = None,
     ) -> float:
         """Wins of the relevant candidates (``relevant``: their scores) over the irrelevant
-        candidates of all users, by a second pass over the score rows."""
+        candidates of all users, by a second pass over the score rows (``seen``: see
+        :meth:`_batches`)."""
         wins2 = 0
-        for start, block in self._batches(users, exclude):
+        for start, block in self._batches(users, exclude, seen):
             lo, hi = np.searchsorted(pairs[0], [start, start + block.shape[0]])
             negative = np.isfinite(block)
             negative[pairs[0, lo:hi] - start, pairs[1, lo:hi]] = False
@@ -470,7 +486,13 @@ class BaseRecommender:
             out[start:stop] = vals
         return out
 
-    def _score_block(self, users: np.ndarray, codes: np.ndarray, exclude: bool) -> np.ndarray:
+    def _score_block(
+        self,
+        users: np.ndarray,
+        codes: np.ndarray,
+        exclude: bool,
+        seen: sp.csr_matrix | None = None,
+    ) -> np.ndarray:
         known = codes >= 0
         if known.all():
             block = np.asarray(self._score(codes), dtype=np.float64)
@@ -484,9 +506,11 @@ class BaseRecommender:
         if not block.flags.writeable:
             block = block.copy()
         if exclude and known.any():
-            seen = self.interactions_[codes[known]]
-            rows = np.repeat(np.flatnonzero(known), np.diff(seen.indptr))
-            block[rows, seen.indices] = -np.inf
+            fitted = self.interactions_[codes[known]]
+            rows = np.repeat(np.flatnonzero(known), np.diff(fitted.indptr))
+            block[rows, fitted.indices] = -np.inf
+        if exclude and seen is not None:
+            block[np.repeat(np.arange(seen.shape[0]), np.diff(seen.indptr)), seen.indices] = -np.inf
         return block
 
 

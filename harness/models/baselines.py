@@ -62,11 +62,19 @@ class PopularityModel(BaseRecommender):
         return np.tile(self.item_popularity_, (user_codes.size, 1))
 
     def _rank(
-        self, users: np.ndarray, k: int, exclude: bool, pairs: np.ndarray | None
+        self,
+        users: np.ndarray,
+        k: int,
+        exclude: bool,
+        pairs: np.ndarray | None,
+        seen: sp.csr_matrix | None = None,
     ) -> tuple[np.ndarray, np.ndarray, AucCounts, np.ndarray]:
         """Top-k from the one global order, without a score matrix: the same lists as ranking
         each user's score row; with ``pairs``, the AUC counts from the integer score histogram
-        (``_popularity_auc``), equal to the dense path's."""
+        (``_popularity_auc``), equal to the dense path's. Items ``seen`` besides the fitted
+        rows take the dense path."""
+        if seen is not None:
+            return super()._rank(users, k, exclude, pairs, seen)
         order = np.argsort(-self.item_popularity_, kind="stable")  # ties: ascending id
         codes = self._user_index.get_indexer(users)
         position = np.empty(order.size, dtype=np.int64)
@@ -85,10 +93,18 @@ class PopularityModel(BaseRecommender):
         return at, scores, counts, relevant
 
     def _pooled_wins(
-        self, users: np.ndarray, exclude: bool, pairs: np.ndarray, relevant: np.ndarray
+        self,
+        users: np.ndarray,
+        exclude: bool,
+        pairs: np.ndarray,
+        relevant: np.ndarray,
+        seen: sp.csr_matrix | None = None,
     ) -> float:
         """``global_auc``'s pooled wins from score histograms, exact (no score matrix): every
-        user's negatives are the catalog minus their relevant and excluded items."""
+        user's negatives are the catalog minus their relevant and excluded items (the dense
+        path with items ``seen`` besides the fitted rows)."""
+        if seen is not None:
+            return super()._pooled_wins(users, exclude, pairs, relevant, seen)
         values, level = np.unique(self.item_popularity_, return_inverse=True)
         taken = np.zeros(values.size, dtype=np.int64)  # excluded rows of all users, per score
         if exclude:

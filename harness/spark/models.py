@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 
 from harness.spark.io import _id_kind, _is_integer_type
 from harness.spark.session import _quiet
@@ -433,28 +434,56 @@ def fit_plugin(
 
 
 def _recommend_partition(model: Any, k: int, batch: int, item_kind: str, frames: Any) -> Any:
-    """``mapInPandas`` body: each batch of users → the fitted model's lists, padding dropped."""
+    """``mapInPandas`` body: each batch of users → the fitted model's lists, padding dropped.
+    Rows with a ``_seen`` list of ``_n`` items (a model fitted on a sample): the top ``k + _n``
+    less the seen items, cut to ``k`` (users in batches of similar ``_n``)."""
     from harness.models import padding_mask
 
     for frame in frames:
         users = frame["user"].to_numpy()
         if users.dtype != np.int64:
             users = users.astype(object)
+        seen = n_seen = None
+        if "_seen" in frame.columns:
+            n_seen = frame["_n"].to_numpy(dtype=np.int64)
+            by = np.argsort(n_seen, kind="stable")
+            users, seen, n_seen = users[by], frame["_seen"].to_numpy()[by], n_seen[by]
         for start in range(0, users.size, batch):
             part = users[start : start + batch]
-            ids, scores = model.recommend(part, k)
+            extra = 0 if n_seen is None else int(n_seen[start : start + batch].max(initial=0))
+            ids, scores = model.recommend(part, k + extra)
             ids, scores = np.asarray(ids), np.asarray(scores, dtype=np.float64)
-            keep = ~padding_mask(scores).ravel()
             width = ids.shape[1]
+            keep = ~padding_mask(scores)
+            if extra and seen is not None and n_seen is not None:
+                stop = start + part.size
+                keep &= ~_seen_cells(ids, seen[start:stop], n_seen[start:stop])
+                keep &= np.cumsum(keep, axis=1) <= k
+            rank = np.cumsum(keep, axis=1, dtype=np.int32)[keep]
+            keep = keep.ravel()
             items = ids.ravel()[keep]
             yield pd.DataFrame(
                 {
                     "user": np.repeat(part, width)[keep],
                     "item": items.astype(np.int64) if item_kind == "bigint" else items,
                     "score": scores.ravel()[keep],
-                    "rank": np.tile(np.arange(1, width + 1, dtype=np.int32), part.size)[keep],
+                    "rank": rank,
                 }
             )
+
+
+def _seen_cells(ids: np.ndarray, seen: np.ndarray, n_seen: np.ndarray) -> np.ndarray:
+    """``bool[n, w]``: whether ``ids[r, c]`` is among row ``r``'s ``seen`` items (``n_seen[r]``
+    of them; a list, or None when 0), by one factorization of both and int keys."""
+    n, w = ids.shape
+    flat = ids.ravel()
+    if n_seen.any():
+        flat = np.concatenate([flat, *seen[n_seen > 0].tolist()])
+    codes, uniques = pd.factorize(flat if flat.dtype == np.int64 else flat.astype(object))
+    span = max(len(uniques), 1)
+    cells = np.repeat(np.arange(n, dtype=np.int64), w) * span + codes[: n * w]
+    mine = np.repeat(np.arange(n, dtype=np.int64), n_seen) * span + codes[n * w :]
+    return np.isin(cells, mine).reshape(n, w)
 
 
 def plugin_topk(
@@ -465,10 +494,15 @@ def plugin_topk(
     *,
     item_kind: str,
     batch_users: int = 4096,
+    seen: DataFrame | None = None,
 ) -> DataFrame:
     """Each user's top-``k`` from a fitted harness ``Recommender``, scored per partition with
     ``mapInPandas``: the model is broadcast once, each partition calls its ``recommend`` on
-    batches of ``batch_users`` users. Ranks are the model's own order."""
+    batches of ``batch_users`` users. Ranks are the model's own order. ``seen`` (user, item):
+    items left out of the lists as well (a model fitted on a sample of the training rows
+    excludes only those; see :func:`history`)."""
+    from pyspark.sql import functions as sf
+
     require_int("k", k)
     require_int("batch_users", batch_users)
     user_kind = _id_kind(users, "user")
@@ -478,7 +512,21 @@ def plugin_topk(
     def run(frames: Any) -> Any:
         return _recommend_partition(shared.value, k, batch_users, item_kind, frames)
 
-    return users.select("user").distinct().mapInPandas(run, schema)
+    mine = users.select("user").distinct()
+    if seen is not None:
+        lists = seen_pairs(seen).groupBy("user").agg(sf.collect_list("item").alias("_seen"))
+        n = sf.greatest(sf.coalesce(sf.size("_seen"), sf.lit(0)), sf.lit(0))  # no list: 0
+        mine = mine.join(lists, "user", "left").select("user", "_seen", n.alias("_n"))
+    return mine.mapInPandas(run, schema)
+
+
+def history(model: Any, train: DataFrame, sample: float | None) -> DataFrame | None:
+    """The training rows whose items a plug-in must leave out of its lists beyond those it was
+    fitted on: every row when it is fitted on a ``sample`` (< 1) and excludes seen items (as
+    the in-process model, fitted on every row, does), else None."""
+    if sample is None or sample >= 1 or not getattr(model, "exclude_seen", False):
+        return None
+    return train.select("user", "item")
 
 
 def _id_dtype(column: pd.Series) -> Any:
@@ -575,6 +623,20 @@ def _relevant_codes(model: Any, users: np.ndarray, frame: pd.DataFrame) -> np.nd
     return np.unique(np.stack([rows, cols])[:, (rows >= 0) & (cols >= 0)], axis=1)
 
 
+def _pair_codes(model: Any, users: np.ndarray, frame: pd.DataFrame) -> tuple[np.ndarray, Any]:
+    """A group's relevant pairs (:func:`_relevant_codes`) and, when ``frame`` also holds seen
+    rows (``_s == 1``, see :func:`plugin_catalog`), their items as a CSR matrix (one row per
+    user, the model's item codes) for ``_rank``'s ``seen``; else None."""
+    if "_s" not in frame.columns:
+        return _relevant_codes(model, users, frame), None
+    is_seen = frame["_s"].to_numpy() == 1
+    rows, cols = _relevant_codes(model, users, frame[is_seen])
+    seen = sp.csr_matrix(
+        (np.ones(rows.size), (rows, cols)), shape=(users.size, model.item_ids_.size)
+    )
+    return _relevant_codes(model, users, frame[~is_seen]), seen
+
+
 def _group_users(frame: pd.DataFrame) -> np.ndarray:
     """A group's distinct users, sorted, with the in-process id type."""
     return np.sort(pd.unique(pd.Series(frame["user"].to_numpy(), dtype=_id_dtype(frame["user"]))))
@@ -589,8 +651,8 @@ def _auc_group(
     from harness.models import padding_mask
 
     ids = _group_users(users)
-    pairs = _relevant_codes(model, ids, relevant)
-    at, scores, counts, scored = model._rank(ids, max(k, 1), model.exclude_seen, pairs)
+    pairs, seen = _pair_codes(model, ids, relevant)
+    at, scores, counts, scored = model._rank(ids, max(k, 1), model.exclude_seen, pairs, seen)
     items = model._ids_at(at)
     n, m = ids.size, scored.size
     if k > 0:
@@ -631,8 +693,8 @@ def _pooled_group(
     """``applyInPandas`` body: the wins of every relevant candidate (``relevant_scores``, all
     users') over this group's irrelevant candidates (``BaseRecommender._pooled_wins``)."""
     ids = _group_users(users)
-    pairs = _relevant_codes(model, ids, relevant)
-    wins = model._pooled_wins(ids, model.exclude_seen, pairs, relevant_scores.value)
+    pairs, seen = _pair_codes(model, ids, relevant)
+    wins = model._pooled_wins(ids, model.exclude_seen, pairs, relevant_scores.value, seen)
     return pd.DataFrame({"wins": [float(wins)]})
 
 
@@ -644,6 +706,7 @@ def plugin_auc_counts(
     *,
     pooled: bool,
     batch_users: int = 4096,
+    seen: DataFrame | None = None,
 ) -> tuple[DataFrame, float]:
     """Each user's AUC counts over the whole catalog from a fitted model that scores it
     (``recommend_with_auc``'s, from the same score rows, per group of about ``batch_users``
@@ -651,9 +714,9 @@ def plugin_auc_counts(
     relevant candidate over every user's irrelevant ones (``global_auc``'s numerator; NaN
     otherwise). As in-process, the pooled pass compares each group's score rows with the
     relevant candidates' scores of all users, which are collected and broadcast (one float per
-    relevant pair)."""
+    relevant pair). ``seen``: as :func:`plugin_catalog`'s."""
     _, table, wins = plugin_catalog(
-        spark, model, users, relevant, 0, pooled=pooled, batch_users=batch_users
+        spark, model, users, relevant, 0, pooled=pooled, batch_users=batch_users, seen=seen
     )
     return table, wins
 
@@ -668,12 +731,15 @@ def plugin_catalog(
     pooled: bool,
     item_kind: str = "bigint",
     batch_users: int = 4096,
+    seen: DataFrame | None = None,
 ) -> tuple[DataFrame, DataFrame, float]:
     """:func:`plugin_auc_counts` and, from the same pass over the catalog (the in-process
     ``recommend_with_auc``), each user's top-``k`` list (user, item, score, rank; the lists
     :func:`plugin_topk` gives; none with ``k=0``): ``(lists, counts, pooled wins)``. The pass is
     persisted (memory and disk), so the catalog is scored once for both (twice with
-    ``pooled``, as in-process). ``item_kind``: the lists' item type (the training ids')."""
+    ``pooled``, as in-process). ``item_kind``: the lists' item type (the training ids').
+    ``seen`` (user, item): items excluded from the lists and the candidates as well, sent to
+    each group with its relevant pairs (see :func:`history`)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
@@ -686,7 +752,11 @@ def plugin_catalog(
     # the relevant pairs under new column names: both sides may come from one table (the
     # truth), and Spark refuses a cogroup whose sides share column references
     theirs = relevant.select(sf.col("user").alias("_u"), sf.col("item").alias("_i"))
-    theirs = theirs.select("_u", "_i", sf.pmod(sf.xxhash64("_u"), sf.lit(groups)).alias("_g"))
+    if seen is not None:  # flagged _s = 1, the relevant pairs _s = 0
+        rows = seen_pairs(seen).join(mine.select("user"), "user", "left_semi")
+        rows = rows.select(sf.col("user").alias("_u"), sf.col("item").alias("_i"), sf.lit(1))
+        theirs = theirs.select("_u", "_i", sf.lit(0)).union(rows).toDF("_u", "_i", "_s")
+    theirs = theirs.select("*", sf.pmod(sf.xxhash64("_u"), sf.lit(groups)).alias("_g"))
     by_user, by_pair = mine.groupBy("_g"), theirs.groupBy("_g")
     shared = spark.sparkContext.broadcast(model)
     user_kind = _id_kind(users, "user")

@@ -230,6 +230,7 @@ def model_lists(
     from harness.spark.models import (
         SparkALS,
         fit_plugin,
+        history,
         plugin_topk,
         popularity_topk,
         precomputed_topk,
@@ -253,7 +254,10 @@ def model_lists(
         return lists, "spark"
     fitted = fit_plugin(model, train, sample=fit_sample, seed=seed)
     item_kind = _id_kind(train, "item")
-    lists = plugin_topk(spark, fitted, users, k, item_kind=item_kind, batch_users=batch_users)
+    seen = history(fitted, train, fit_sample)
+    lists = plugin_topk(
+        spark, fitted, users, k, item_kind=item_kind, batch_users=batch_users, seen=seen
+    )
     return lists, "plugin"
 
 
@@ -583,7 +587,12 @@ def _catalog_auc(
 
     from harness.models import PopularityModel
     from harness.spark.metrics import evaluate_auc_counts_spark
-    from harness.spark.models import fit_plugin, plugin_auc_counts, popularity_auc_counts
+    from harness.spark.models import (
+        fit_plugin,
+        history,
+        plugin_auc_counts,
+        popularity_auc_counts,
+    )
 
     native = type(model) is PopularityModel
     if counted is None and not native and not hasattr(model, "item_ids_"):
@@ -600,7 +609,13 @@ def _catalog_auc(
             )
         else:
             table, wins = plugin_auc_counts(
-                spark, model, users, relevant, pooled=pooled, batch_users=batch_users
+                spark,
+                model,
+                users,
+                relevant,
+                pooled=pooled,
+                batch_users=batch_users,
+                seen=history(model, train, fit_sample),
             )
         uri = _uri(where, "scores.parquet")
         parts.append((uri, names))
@@ -645,7 +660,7 @@ def _plugin_catalog_pass(
     """A catalog-scoring plug-in's top-k lists and its AUC counts over the catalog from one
     pass over its score rows (:func:`harness.spark.models.plugin_catalog`, the in-process
     ``recommend_with_auc``): ``(lists, (counts, pooled wins))``."""
-    from harness.spark.models import fit_plugin, plugin_catalog
+    from harness.spark.models import fit_plugin, history, plugin_catalog
 
     fitted = fit_plugin(model, train, sample=fit_sample, seed=seed)
     pooled = any(metrics.parse(n).metric == "global_auc" for n in names)
@@ -658,6 +673,7 @@ def _plugin_catalog_pass(
         pooled=pooled,
         item_kind=_id_kind(train, "item"),
         batch_users=batch_users,
+        seen=history(fitted, train, fit_sample),
     )
     return lists, (table, wins)
 
