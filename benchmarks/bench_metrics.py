@@ -3,8 +3,9 @@ pytrec_eval on the same DataFrames.
 
 Every (tool, ids, size) cell runs in a fresh subprocess that builds the same seeded DataFrames,
 resets the kernel's peak-RSS counter, then times the tool: peak memory is the growth over the
-data alone. Ids: `int` (int64), `str` (pandas 3's Arrow-backed `str`, what users have),
-`category` and `object` (Python strings). String ids are `u<n>` / `i<n>`, so they sort unlike
+data alone. Ids: `int` (int64, dense from 0), `int64` (the same ids spread over 64 bits, as
+hashed ids are), `str` (pandas 3's Arrow-backed `str`, what users have), `category` and
+`object` (Python strings). String ids are `u<n>` / `i<n>`, so they sort unlike
 the numbers; scores are random floats, so no tie decides a number and every id type must give
 the same values (the `max |diff|` column).
 
@@ -32,15 +33,23 @@ import pyarrow as pa
 METRICS = ["ndcg@10", "map@10", "precision@10", "recall@10", "mrr@10"]
 CANDIDATES = 100
 N_ITEMS = 50_000
-IDS = ("int", "str", "category", "object")
+IDS = ("int", "int64", "str", "category", "object")
 
 
 def make_data(n_users: int, seed: int = 0, ids: str = "int") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Seeded run (n_users x 100 scored candidates) and qrels (1-10 relevant items per user,
-    about half of them among the candidates), with ``ids`` of type int, str, category or
+    about half of them among the candidates), with ``ids`` of type int, int64, str, category or
     object (the same users and items in every type)."""
     qrels, run = _int_data(n_users, seed)
     if ids == "int":
+        return qrels, run
+    if ids == "int64":  # spread over 64 bits, as hashed ids are: ranked, not their own keys
+        rng = np.random.default_rng(seed + 1)
+        for col, n in (("user", n_users), ("item", N_ITEMS)):
+            numbers = rng.integers(1, 2**62, n)
+            assert np.unique(numbers).size == n
+            for df in (qrels, run):
+                df[col] = numbers[df[col].to_numpy()]
         return qrels, run
     users = pa.array([f"u{u}" for u in range(n_users)], pa.large_string())
     items = pa.array([f"i{i}" for i in range(N_ITEMS)], pa.large_string())
