@@ -524,14 +524,25 @@ def _fingerprints(data: pa.ChunkedArray, pool: Executor | None = None) -> np.nda
 _BLOCK_USERS = 1 << 16
 
 
-def _blocks(group_user: np.ndarray, group_start: np.ndarray, budget: int) -> Iterator[np.ndarray]:
+def _level(sizes: np.ndarray) -> np.ndarray:
+    """The length class of lists of ``sizes`` rows (blocks hold one class each)."""
+    return np.ceil(np.log2(np.maximum(sizes, 1))).astype(np.int64)
+
+
+def _blocks(
+    group_user: np.ndarray, group_start: np.ndarray, budget: int, by_user: bool = False
+) -> Iterator[np.ndarray]:
     """Evaluated groups in blocks of about ``budget`` padded cells (and at most
-    :data:`_BLOCK_USERS` groups), by length class."""
+    :data:`_BLOCK_USERS` groups), by length class, then in run order or ``by_user`` (the
+    batches: their lookups into the truth, sorted by user, then stay local in memory)."""
     groups = np.flatnonzero(group_user >= 0)
     sizes = np.diff(group_start)
-    level = np.ceil(np.log2(np.maximum(sizes[groups], 1))).astype(np.int64)
+    level = _level(sizes[groups])
     for lv in np.unique(level):
         members = groups[level == lv]
+        user = group_user[members]
+        if by_user and not _is_sorted(user):
+            members = members[np.argsort(user, kind="stable")]
         per_batch = max(1, min(budget // int(sizes[members].max()), _BLOCK_USERS))
         for lo in range(0, len(members), per_batch):
             yield members[lo : lo + per_batch]
@@ -566,9 +577,11 @@ def _first_duplicate(
     w: int,
     fp: Callable[[slice | np.ndarray, int], np.ndarray],
     text: Callable[[np.ndarray], pa.Array],
+    rank: np.ndarray,
     id_order: str = "natural",
 ) -> tuple[int, object] | None:
-    """(block row, smallest duplicated id) of the first list holding an id twice, or None.
+    """(block row, smallest duplicated id) of the list of least ``rank`` (per block row) that
+    holds an id twice, or None.
 
     Lists are sorted by fingerprint (``fp`` of :func:`_cells`' ``where`` and ``w``: 32-bit);
     only lists where two fingerprints collide have their ids (``text`` of row positions)
@@ -593,7 +606,8 @@ def _first_duplicate(
     dup = key[1:][key[1:] == key[:-1]]
     if dup.size == 0:
         return None
-    first = int(dup[0] // n)
+    found = np.unique(dup // n)
+    first = int(found[np.argmin(rank[found])])
     ids = enc.dictionary.take(pa.array(dup[dup // n == first] % n)).to_pylist()
     return first, min(ids, key=str if id_order == "string" else None)
 
@@ -617,17 +631,20 @@ def _cut(
     ``depth``-th best, so ties at the boundary stay whole), their scores, the groups' starts
     among them, and the run's duplicate (user, item) error if any (the first in batch order,
     as :func:`batches` would report it, naming the smallest duplicated id under ``id_order``).
-    Blocks run on ``pool`` (numpy releases the GIL)."""
+    Blocks run on ``pool`` (numpy releases the GIL), in run order (rows read as slices)."""
 
-    def block(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray] | ValueError:
+    def block(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray] | tuple[int, int, ValueError]:
         where, valid, w = _cells(group_start, groups)
-        found = _first_duplicate(where, valid, w, fp, text, id_order)
+        found = _first_duplicate(where, valid, w, fp, text, group_user[groups], id_order)
         if found is not None:
             row, item = found
-            return ValueError(
-                f"run has duplicate (user, item) rows: user "
-                f"{_plain(users[group_user[groups[row]]])!r}, item {item!r} appears more than once"
+            user = int(group_user[groups[row]])
+            error = ValueError(
+                f"run has duplicate (user, item) rows: user {_plain(users[user])!r}, item "
+                f"{item!r} appears more than once"
             )
+            size = group_start[groups[0] + 1] - group_start[groups[0]]
+            return int(_level(np.array([size]))[0]), user, error
         s = _block(score, where, w)
         if valid is not None:
             s = np.where(valid, s, -np.inf)
@@ -644,9 +661,9 @@ def _cut(
         return where[chosen], s[chosen]
 
     parts = _map(pool, block, list(_blocks(group_user, group_start, _CUT_CELLS)))
-    for part in parts:
-        if isinstance(part, ValueError):
-            return np.empty(0, np.int64), np.empty(0), group_start, part
+    errors = [p for p in parts if len(p) == 3]
+    if errors:  # batches go by length class, then user: the first there
+        return np.empty(0, np.int64), np.empty(0), group_start, min(errors)[2]
     # one column at a time, each part dropped once joined: less memory at once
     kept, kept_scores = [p[0] for p in parts], [p[1] for p in parts]
     del parts
@@ -967,11 +984,6 @@ def _check_duplicates(
         )
 
 
-def _batches_of(prep: Prepared, budget: int) -> Iterator[np.ndarray]:
-    """Evaluated groups in blocks of about ``budget`` padded cells, by length class."""
-    return _blocks(prep.group_user, prep.group_start, budget)
-
-
 def batches(
     prep: Prepared,
     options: Options,
@@ -995,7 +1007,7 @@ def batches(
         or options.ndcg_ties != "ordered"
     ):
         raise ValueError(f"these inputs were prepared for top-{prep.depth} lists only")
-    for groups in _batches_of(prep, budget):
+    for groups in _blocks(prep.group_user, prep.group_start, budget, by_user=True):
         users = prep.group_user[groups]
         scores, items, length = _pad(prep, groups)
         if prep.depth is None:  # cut lists were checked whole while preparing

@@ -359,3 +359,29 @@ def test_int_ids_duplicate_error_names_the_smallest_id_in_id_order(id_order, nam
     for names in (["precision@1"], ["precision@1", "auc"]):  # cut, and whole lists
         with pytest.raises(ValueError, match=rf"item {named} appears more than once$"):
             metrics.evaluate(q, r, names, id_order=id_order)
+
+
+@pytest.mark.parametrize("kind", ["int", "str"])
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [(0, 1), (2, 2)],  # lists of one length class: the smaller user; else the shorter class
+)
+def test_of_several_duplicates_the_error_names_the_first_in_batch_order(kind, extra, named):
+    # the run lists user 2 before user 1; both lists repeat an item; with ``extra`` rows user
+    # 1's list falls in a longer length class, which batches reach later
+    rows = [(2, 5, 1.0), (2, 5, 0.5), (2, 6, 0.1), (1, 7, 1.0), (1, 7, 0.2), (1, 8, 0.3)]
+    rows += [(1, 10 + i, 0.0) for i in range(extra)]
+    truth = [(1, 7, 1), (2, 5, 1)]
+    if kind == "int":
+        q, r = _int_frame(truth, "relevance"), _int_frame(rows, "score")
+        user = str(named)
+    else:
+        as_text = [(f"u{u}", f"i{i}", v) for u, i, v in rows]
+        q = frame([(f"u{u}", f"i{i}", v) for u, i, v in truth], "relevance", "str")
+        r, user = frame(as_text, "score", "str"), f"'u{named}'"
+    for names in (["precision@1"], ["precision@1", "auc"]):  # cut, and whole lists
+        with pytest.raises(ValueError, match=rf"rows: user {user}, item"):
+            metrics.evaluate(q, r, names)
+    one_per_block = mock.patch("metrics.engine._CUT_CELLS", 3)  # the cut: a block per user
+    with one_per_block, pytest.raises(ValueError, match=rf"rows: user {user}, item"):
+        metrics.evaluate(q, r, ["precision@1"])
