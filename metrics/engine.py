@@ -729,8 +729,9 @@ def prepare(
     """Validate, encode and index both tables once.
 
     ``depth``: the batches will only be asked for top-``depth`` lists (no candidates, no
-    R-precision, ordered ties). Arrow string item ids are then encoded only in the rows that can
-    reach such a list, and the run's duplicate check reads a fingerprint of every row instead.
+    R-precision, ordered ties). When some list is longer, integer and string item ids (Arrow,
+    or Python strings converted once) are then keyed only in the rows that can reach such a
+    list, and the run's duplicate check reads a fingerprint of every row instead.
     """
     if depth is not None and (not isinstance(depth, int) or depth < 1):
         raise ValueError(f"'depth' must be a positive int (got {depth!r})")
@@ -757,6 +758,8 @@ def prepare(
                     "'1'); make the ids one type"
                 )
             order, group_start, group_ids = _merge_blocks(group_start, group_ids)
+        if depth is not None and int(np.diff(group_start).max(initial=0)) <= depth:
+            every = None  # no list is longer than the cut: nothing to leave out
         if every is None:
             q_item, r_item, item_values, offset, span = _item_keys(
                 qrels["item"], run["item"], items_int, options.id_order, n_truth, pool
