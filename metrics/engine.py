@@ -524,25 +524,14 @@ def _fingerprints(data: pa.ChunkedArray, pool: Executor | None = None) -> np.nda
 _BLOCK_USERS = 1 << 16
 
 
-def _level(sizes: np.ndarray) -> np.ndarray:
-    """The length class of lists of ``sizes`` rows (blocks hold one class each)."""
-    return np.ceil(np.log2(np.maximum(sizes, 1))).astype(np.int64)
-
-
-def _blocks(
-    group_user: np.ndarray, group_start: np.ndarray, budget: int, by_user: bool = False
-) -> Iterator[np.ndarray]:
+def _blocks(group_user: np.ndarray, group_start: np.ndarray, budget: int) -> Iterator[np.ndarray]:
     """Evaluated groups in blocks of about ``budget`` padded cells (and at most
-    :data:`_BLOCK_USERS` groups), by length class, then in run order or ``by_user`` (the
-    batches: their lookups into the truth, sorted by user, then stay local in memory)."""
+    :data:`_BLOCK_USERS` groups), by length class, then in run order (rows read as slices)."""
     groups = np.flatnonzero(group_user >= 0)
     sizes = np.diff(group_start)
-    level = _level(sizes[groups])
+    level = np.ceil(np.log2(np.maximum(sizes[groups], 1))).astype(np.int64)
     for lv in np.unique(level):
         members = groups[level == lv]
-        user = group_user[members]
-        if by_user and not _is_sorted(user):
-            members = members[np.argsort(user, kind="stable")]
         per_batch = max(1, min(budget // int(sizes[members].max()), _BLOCK_USERS))
         for lo in range(0, len(members), per_batch):
             yield members[lo : lo + per_batch]
@@ -577,11 +566,9 @@ def _first_duplicate(
     w: int,
     fp: Callable[[slice | np.ndarray, int], np.ndarray],
     text: Callable[[np.ndarray], pa.Array],
-    rank: np.ndarray,
     id_order: str = "natural",
 ) -> tuple[int, object] | None:
-    """(block row, smallest duplicated id) of the list of least ``rank`` (per block row) that
-    holds an id twice, or None.
+    """(block row, smallest duplicated id) of the first list holding an id twice, or None.
 
     Lists are sorted by fingerprint (``fp`` of :func:`_cells`' ``where`` and ``w``: 32-bit);
     only lists where two fingerprints collide have their ids (``text`` of row positions)
@@ -606,8 +593,7 @@ def _first_duplicate(
     dup = key[1:][key[1:] == key[:-1]]
     if dup.size == 0:
         return None
-    found = np.unique(dup // n)
-    first = int(found[np.argmin(rank[found])])
+    first = int(dup[0] // n)
     ids = enc.dictionary.take(pa.array(dup[dup // n == first] % n)).to_pylist()
     return first, min(ids, key=str if id_order == "string" else None)
 
@@ -631,20 +617,17 @@ def _cut(
     ``depth``-th best, so ties at the boundary stay whole), their scores, the groups' starts
     among them, and the run's duplicate (user, item) error if any (the first in batch order,
     as :func:`batches` would report it, naming the smallest duplicated id under ``id_order``).
-    Blocks run on ``pool`` (numpy releases the GIL), in run order (rows read as slices)."""
+    Blocks run on ``pool`` (numpy releases the GIL)."""
 
-    def block(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray] | tuple[int, int, ValueError]:
+    def block(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray] | ValueError:
         where, valid, w = _cells(group_start, groups)
-        found = _first_duplicate(where, valid, w, fp, text, group_user[groups], id_order)
+        found = _first_duplicate(where, valid, w, fp, text, id_order)
         if found is not None:
             row, item = found
-            user = int(group_user[groups[row]])
-            error = ValueError(
-                f"run has duplicate (user, item) rows: user {_plain(users[user])!r}, item "
-                f"{item!r} appears more than once"
+            return ValueError(
+                f"run has duplicate (user, item) rows: user "
+                f"{_plain(users[group_user[groups[row]]])!r}, item {item!r} appears more than once"
             )
-            size = group_start[groups[0] + 1] - group_start[groups[0]]
-            return int(_level(np.array([size]))[0]), user, error
         s = _block(score, where, w)
         if valid is not None:
             s = np.where(valid, s, -np.inf)
@@ -661,9 +644,9 @@ def _cut(
         return where[chosen], s[chosen]
 
     parts = _map(pool, block, list(_blocks(group_user, group_start, _CUT_CELLS)))
-    errors = [p for p in parts if len(p) == 3]
-    if errors:  # batches go by length class, then user: the first there
-        return np.empty(0, np.int64), np.empty(0), group_start, min(errors)[2]
+    for part in parts:  # in batch order: the first error is the one batches would raise
+        if isinstance(part, ValueError):
+            return np.empty(0, np.int64), np.empty(0), group_start, part
     # one column at a time, each part dropped once joined: less memory at once
     kept, kept_scores = [p[0] for p in parts], [p[1] for p in parts]
     del parts
@@ -708,6 +691,7 @@ class Prepared:
     counts: dict[str, int] = field(default_factory=dict)
     depth: int | None = None  # lists cut to the rows that can reach a top-`depth` list
     run_every_item: np.ndarray | pa.ChunkedArray | None = None  # when lists are cut
+    user_rank: np.ndarray | None = None  # the users' numbers in q_keys (None: their index)
 
     def item_ids(self, keys: np.ndarray) -> np.ndarray:
         """Original item ids of item keys."""
@@ -841,7 +825,8 @@ def prepare(
     keep = q_code >= 0
     if not keep.all():  # copies only when some truth user is not evaluated
         q_code, q_item, rel = q_code[keep], q_item[keep], rel[keep]
-    q_keys = q_code * span + (q_item - offset)
+    rank = _run_rank(group_user, len(users))
+    q_keys = (q_code if rank is None else rank[q_code]) * span + (q_item - offset)
     # not a stable sort: equal keys are duplicates, an error naming their (equal) ids
     by_key = None if _is_sorted(q_keys) else np.argsort(q_keys)
     q_rel, q_user_code = (rel, q_code) if by_key is None else (rel[by_key], q_code[by_key])
@@ -858,7 +843,7 @@ def prepare(
         raise run_error
 
     n_users = len(users)
-    # truth rows in key order: by user already, so the ideal gains need no sort by user
+    # ideal gains by user index: equal gains need no order; others are sorted by user below
     relevant = q_rel >= options.relevance_threshold
     n_rel = np.bincount(q_user_code, weights=relevant, minlength=n_users)
     gains = gain_of(q_rel, options.gain, options.relevance_threshold)
@@ -896,7 +881,23 @@ def prepare(
         counts=counts,
         depth=None if every is None else depth,
         run_every_item=every,
+        user_rank=rank,
     )
+
+
+def _run_rank(group_user: np.ndarray, n_users: int) -> np.ndarray | None:
+    """Each evaluated user's place in run order (users with no list after them), the number the
+    truth's lookup keys use: batches, in run order, then search a rising range of the sorted
+    truth (local in memory) whatever order the ids sort in; None when it is the user's index."""
+    listed = group_user[group_user >= 0]
+    if len(listed) == n_users and _is_sorted(listed):
+        return None
+    rank = np.empty(n_users, np.int64)
+    absent = np.ones(n_users, bool)
+    absent[listed] = False
+    rank[listed] = np.arange(len(listed))
+    rank[absent] = np.arange(len(listed), n_users)
+    return rank
 
 
 def _decode(values: np.ndarray | None, key: int) -> object:
@@ -919,6 +920,8 @@ def _lookup(prep: Prepared, users: np.ndarray, items: np.ndarray) -> np.ndarray:
     if len(prep.q_keys) == 0:
         return np.full(items.shape, np.nan)
     # Padding keys overflow to garbage here; callers mask padding out.
+    if prep.user_rank is not None:
+        users = prep.user_rank[users]
     key = users.reshape(users.shape + (1,) * (items.ndim - users.ndim)) * prep.span + (
         items - prep.item_offset
     )
@@ -1010,7 +1013,7 @@ def batches(
         or options.ndcg_ties != "ordered"
     ):
         raise ValueError(f"these inputs were prepared for top-{prep.depth} lists only")
-    for groups in _blocks(prep.group_user, prep.group_start, budget, by_user=True):
+    for groups in _blocks(prep.group_user, prep.group_start, budget):
         users = prep.group_user[groups]
         scores, items, length = _pad(prep, groups)
         if prep.depth is None:  # cut lists were checked whole while preparing

@@ -364,13 +364,13 @@ def test_int_ids_duplicate_error_names_the_smallest_id_in_id_order(id_order, nam
 @pytest.mark.parametrize("kind", ["int", "str"])
 @pytest.mark.parametrize(
     ("extra", "named"),
-    [(0, 1), (2, 2)],  # lists of one length class: the smaller user; else the shorter class
+    [(0, 2), (2, 1)],  # lists of one length class: the first in the run; else the shorter class
 )
 def test_of_several_duplicates_the_error_names_the_first_in_batch_order(kind, extra, named):
     # the run lists user 2 before user 1; both lists repeat an item; with ``extra`` rows user
-    # 1's list falls in a longer length class, which batches reach later
-    rows = [(2, 5, 1.0), (2, 5, 0.5), (2, 6, 0.1), (1, 7, 1.0), (1, 7, 0.2), (1, 8, 0.3)]
-    rows += [(1, 10 + i, 0.0) for i in range(extra)]
+    # 2's list falls in a longer length class, which batches reach later
+    rows = [(2, 5, 1.0), (2, 5, 0.5), (2, 6, 0.1)] + [(2, 10 + i, 0.0) for i in range(extra)]
+    rows += [(1, 7, 1.0), (1, 7, 0.2), (1, 8, 0.3)]
     truth = [(1, 7, 1), (2, 5, 1)]
     if kind == "int":
         q, r = _int_frame(truth, "relevance"), _int_frame(rows, "score")
