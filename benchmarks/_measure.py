@@ -140,3 +140,11 @@ def spark_parser(doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=32, help="spark.sql.shuffle.partitions")
     p.add_argument("--cell", nargs="+", help=argparse.SUPPRESS)
     return p
+
+
+def unit_fraction(text: str) -> float:
+    """An ``argparse`` type: a fraction in (0, 1] (a sample of the training rows)."""
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value

@@ -47,7 +47,6 @@ plug-in (as ``bench_spark_auc.py --plugin popularity``) for a model whose loss i
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -64,7 +63,14 @@ import scipy.sparse as sp
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _measure import print_table, reset_peak, run_cell, spark_parser, status  # noqa: E402
+from _measure import (  # noqa: E402
+    print_table,
+    reset_peak,
+    run_cell,
+    spark_parser,
+    status,
+    unit_fraction,
+)
 
 MB = 2**20
 FIT_SEED = 0  # fit_plugin's seed (engine.fit_sample uses the run's seed, 0 by default)
@@ -289,14 +295,6 @@ def paired(a: pd.Series, b: pd.Series, n_resamples: int) -> Any:
     )
 
 
-def _fraction(text: str) -> float:
-    """A fraction in (0, 1]."""
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
-
-
 def rows_of(
     label: str,
     name: str,
@@ -381,7 +379,9 @@ def rows_of(
 def main() -> None:
     p = spark_parser(__doc__)
     p.add_argument("--events", type=int, nargs="+", default=[1_000_000])
-    p.add_argument("--fractions", type=_fraction, nargs="+", default=[0.01, 0.03, 0.1, 0.3, 1.0])
+    p.add_argument(
+        "--fractions", type=unit_fraction, nargs="+", default=[0.01, 0.03, 0.1, 0.3, 1.0]
+    )
     p.add_argument("--models", nargs="+", default=["item_knn", "popularity"])
     p.add_argument("--timeout", type=float, default=1500, help="seconds per cell")
     p.add_argument("--n-resamples", type=int, default=1000, help="paired bootstrap resamples")

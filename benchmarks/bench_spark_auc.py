@@ -61,6 +61,7 @@ from _measure import (  # noqa: E402
     proc_status,
     run_cell,
     spark_parser,
+    unit_fraction,
 )
 
 MB = 2**20
@@ -306,7 +307,7 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="also write the table rows here")
     p.add_argument(
         "--fit-sample",
-        type=_fraction,
+        type=unit_fraction,
         help="fit the Spark plug-in on this seeded fraction in (0, 1] of the training rows "
         "(engine.fit_sample; default: every row)",
     )
@@ -390,14 +391,6 @@ def main() -> None:
         f"sums of the per-user table (Spark: JVM start and the Parquet write not counted)"
         f"{sample_note}."
     )
-
-
-def _fraction(text: str) -> float:
-    """``--fit-sample``: a float in (0, 1]."""
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
 
 
 def _rows(
