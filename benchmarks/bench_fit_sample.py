@@ -17,11 +17,11 @@ process's peak RSS over its RSS just before the fit (the peak counter reset ther
 ``_measure.reset_peak``). The session is then stopped and the test users' top-10 lists come from
 the fitted model in-process, in three ways:
 
-- ``full seen``: the model's score rows (``_score_block``, the scores ``recommend`` ranks) with
-  every item of the user's FULL training history excluded (at scoring time the whole history
-  exists), then ``topk_rows`` (ties by item id) -- the headline figures, and what
-  ``engine=spark`` ranks (``plugin_topk`` / ``plugin_catalog`` given the training rows as
-  ``seen``, :func:`harness.spark.models.history`);
+- ``full seen``: the model's ranking (``BaseRecommender._rank``, the scores ``recommend``
+  ranks) with every item of the user's FULL training history excluded as ``seen`` (at scoring
+  time the whole history exists) -- the headline figures, and what ``engine=spark`` ranks
+  (``plugin_topk`` / ``plugin_catalog`` given the training rows as ``seen``,
+  :func:`harness.spark.models.history`);
 - ``as scored``: ``model.recommend(users, 10)``, i.e. what ``plugin_topk`` computed before it
   was given ``seen``: the model excludes only the rows it was fitted on, so with F < 1 a user's
   unsampled training items were recommended, and a user absent from the sample got the
@@ -166,16 +166,14 @@ def seen_matrix(model: Any, users: np.ndarray, train: pd.DataFrame) -> sp.csr_ma
     return seen
 
 
-def lists_full_seen(
-    model: Any, users: np.ndarray, k: int, seen: sp.csr_matrix, *, full_profile: bool = False
+def lists_full_profile(
+    model: Any, users: np.ndarray, k: int, seen: sp.csr_matrix
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` of the model's score rows with every ``seen`` item (the full history) excluded:
-    ``recommend``'s ids and scores (padding: -inf) when the model was fitted on every row.
-    ``full_profile`` (item-item models): the rows scored from the user's full history with the
-    fitted similarities, instead of from the rows the model was fitted on."""
+    """Item-item models: top-``k`` of the rows scored from the user's full history (``seen``)
+    with the fitted similarities, instead of from the rows the model was fitted on, every
+    ``seen`` item excluded; ids and scores (padding: -inf)."""
     from harness.models import topk_rows
 
-    codes = model._user_index.get_indexer(users)
     width = min(k, model.item_ids_.size)
     cols_out = np.full((users.size, k), -1, dtype=np.int64)
     scores_out = np.full((users.size, k), -np.inf)
@@ -183,10 +181,7 @@ def lists_full_seen(
     for start in range(0, users.size, batch):  # batches of users, as the model scores them
         stop = min(start + batch, users.size)
         part = seen[start:stop]
-        if full_profile:
-            block = (part.astype(np.float64) @ model.similarity_).toarray()
-        else:
-            block = model._score_block(users[start:stop], codes[start:stop], exclude=True)
+        block = (part.astype(np.float64) @ model.similarity_).toarray()
         block[np.repeat(np.arange(stop - start), np.diff(part.indptr)), part.indices] = -np.inf
         cols, vals = topk_rows(block, width)
         cols_out[start:stop, :width], scores_out[start:stop, :width] = cols, vals
@@ -245,7 +240,9 @@ def cell(
     users = np.sort(qrels["user"].unique())
     t0 = time.perf_counter()
     seen = seen_matrix(fitted, users, train)
-    full_ids, full_scores = lists_full_seen(fitted, users, k, seen)
+    # the product's exclusion (what plugin_topk / plugin_catalog rank with ``seen``)
+    at, full_scores, _, _ = fitted._rank(users, k, True, None, seen)
+    full_ids = fitted._ids_at(at)
     score_s = time.perf_counter() - t0
     ids, scores = fitted.recommend(users, k)  # what plugin_topk gives on Spark
     out: dict[str, Any] = {
@@ -269,7 +266,7 @@ def cell(
         out[kind]["slots"] = len(run)
         out[kind]["empty_users"] = int(users.size - run["user"].nunique())
     if hasattr(fitted, "similarity_"):  # item-item: the sampled similarities, full profiles
-        prof_ids, prof_scores = lists_full_seen(fitted, users, k, seen, full_profile=True)
+        prof_ids, prof_scores = lists_full_profile(fitted, users, k, seen)
         ev = evaluate_lists(qrels, run_of(users, prof_ids, prof_scores), train, catalog)
         out["profile"] = {m: float(ev.summary[m]) for m in METRICS}
         per_user[f"profile_{PAIRED}"] = ev.per_user[PAIRED].reindex(per_user.index)
