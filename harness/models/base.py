@@ -48,6 +48,7 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from harness.data import ITEM, USER, IdentityCache, id_codes
+from harness.models.sparse_topk import row_spans, sparse_topk
 from metrics.checks import require_columns, require_int
 from metrics.scores import AucCounts, matrix_auc_counts, pooled_wins2
 
@@ -66,6 +67,10 @@ PAD_ITEM_OBJECT: Any = None
 # glibc's largest mmap threshold (32 MiB), so blocks are reused from the heap: a 64 MiB block was
 # a fresh mmap per batch, and its page faults cost as much system time as the ranking itself.
 _BLOCK_ELEMENTS = 2**21
+# Stored scores (at most) and users per batch of sparse score rows
+# (:meth:`BaseRecommender._rank_sparse`): about 50 MiB of temporaries.
+_SPARSE_ENTRIES = 2**21
+_SPARSE_ROWS = 4096
 
 
 @runtime_checkable
@@ -413,6 +418,20 @@ class BaseRecommender:
         and, when ``pairs`` (relevant ``[row; item code]``, sorted by row) is given, the AUC
         counts of each user and the scores of the relevant candidates, from the same score
         rows (``seen``: see :meth:`_batches`)."""
+        factors = self._sparse_factors()
+        if pairs is None and factors is not None:
+            return self._rank_sparse(users, k, exclude, seen, factors)
+        return self._rank_dense(users, k, exclude, pairs, seen)
+
+    def _rank_dense(
+        self,
+        users: np.ndarray,
+        k: int,
+        exclude: bool,
+        pairs: np.ndarray | None,
+        seen: sp.csr_matrix | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, AucCounts, np.ndarray]:
+        """:meth:`_rank` from dense score rows, ``_BLOCK_ELEMENTS`` at a time."""
         n_users, n_items = users.size, self.item_ids_.size
         scores_out = np.full((n_users, k), -np.inf)
         cols_out = np.full((n_users, k), -1, dtype=np.int64)
@@ -436,6 +455,59 @@ class BaseRecommender:
         cols_out[np.isneginf(scores_out)] = -1  # excluded items ranked last are padding
         scored = np.concatenate(relevant) if relevant else np.zeros(0)
         return cols_out, scores_out, AucCounts(wins, n_pos, n_neg), scored
+
+    def _sparse_factors(self) -> tuple[sp.csr_matrix, sp.csr_matrix] | None:
+        """``(left, right)`` when known users' scores are ``left[codes] @ right`` with implicit
+        zeros (item-item models): lists are then ranked from the stored scores
+        (:meth:`_rank_sparse`); ``None`` (the default) ranks dense rows."""
+        return None
+
+    def _rank_sparse(
+        self,
+        users: np.ndarray,
+        k: int,
+        exclude: bool,
+        seen: sp.csr_matrix | None,
+        factors: tuple[sp.csr_matrix, sp.csr_matrix],
+    ) -> tuple[np.ndarray, np.ndarray, AucCounts, np.ndarray]:
+        """:meth:`_rank`'s lists from sparse score rows (:func:`sparse_topk`), in batches of
+        about ``_SPARSE_ENTRIES`` stored scores; users with fewer than ``k`` positive unexcluded
+        scores and unknown users are ranked densely (their lists reach zero or fallback
+        scores). The same lists as :meth:`_rank_dense` (10M events: several times faster)."""
+        left, right = factors
+        n_users, n_items = users.size, self.item_ids_.size
+        width = min(k, n_items)
+        cols_out = np.full((n_users, k), -1, dtype=np.int64)
+        scores_out = np.full((n_users, k), -np.inf)
+        codes = self._user_index.get_indexer(users)
+        known = np.flatnonzero(codes >= 0)
+        bound = np.minimum(left[codes[known]] @ np.diff(right.indptr), n_items)
+        done = np.zeros(n_users, dtype=bool)
+        spans = list(row_spans(bound, _SPARSE_ENTRIES, _SPARSE_ROWS))
+        for lo, hi in tqdm(
+            spans, disable=not self.progress, desc=type(self).__name__, unit="batch"
+        ):
+            at = known[lo:hi]
+            scores = left[codes[at]] @ right
+            if not np.isfinite(scores.data).all():
+                raise ValueError(f"{type(self).__name__} produced non-finite scores")
+            excluded = None
+            if exclude:
+                excluded = self.interactions_[codes[at]]
+                if seen is not None:
+                    excluded = excluded + seen[at]
+            cols, values, full = sparse_topk(scores, width, excluded)
+            cols_out[at[full], :width] = cols[full]
+            scores_out[at[full], :width] = values[full]
+            done[at[full]] = True
+        rest = np.flatnonzero(~done)
+        if rest.size:
+            part = None if seen is None else seen[rest]
+            cols_out[rest], scores_out[rest], _, _ = self._rank_dense(
+                users[rest], k, exclude, None, part
+            )
+        empty = np.zeros(n_users)
+        return cols_out, scores_out, AucCounts(empty, empty.copy(), empty.copy()), np.zeros(0)
 
     def _pooled_wins(
         self,

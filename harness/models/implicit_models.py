@@ -276,6 +276,9 @@ class _ImplicitItemItem(_Implicit):
     def _score(self, user_codes: np.ndarray) -> np.ndarray:
         return (self.interactions_[user_codes] @ self.similarity_).toarray()
 
+    def _sparse_factors(self) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+        return self.interactions_, self.similarity_
+
 
 class ImplicitItemCosine(_ImplicitItemItem):
     """``implicit.nearest_neighbours.CosineRecommender``, ``model=item_knn``: cosine of the
