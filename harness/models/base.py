@@ -231,7 +231,8 @@ class BaseRecommender:
     """Shared machinery: dense id codes, the binary user × item CSR matrix and batched top-k.
 
     Subclasses implement ``_score(user_codes) -> float[b, n_items]`` (finite values) and may
-    override ``_fit(matrix)`` and ``_score_unknown(users)`` (default: item popularity).
+    override ``_fit(matrix)``, ``_score_unknown(users)`` (default: item popularity) and
+    ``_sparse_factors()`` (scores that are a product of sparse matrices, ranked sparsely).
     At most ``batch_size`` users are scored at a time, and at most about 2**21 scores (16 MiB)
     per batch whatever ``batch_size`` says (default: that many).
     """

@@ -7,8 +7,9 @@ after ``benchmarks/bench_models.py`` showed ``implicit``'s give the same ndcg@10
 :class:`~harness.models.base.BaseRecommender`: the harness encodes ids and builds the binary
 user × item matrix, ``implicit`` fits on it, and the harness ranks from what was fitted
 (``user_factors @ item_factorsᵀ`` for the factor models, ``interactions @ similarity`` for the
-item-item models), so seen-item exclusion, batching, tie order (ascending item id), padding and
-the unknown-user fallback (popularity) are the same as for every built-in model. Fitting runs on
+item-item models, ranked from its stored entries: :mod:`harness.models.sparse_topk`), so
+seen-item exclusion, batching, tie order (ascending item id), padding and the unknown-user
+fallback (popularity) are the same as for every built-in model. Fitting runs on
 the CPU with ``num_threads`` threads (1 by default: the machine is usually shared, and a single
 thread makes BPR/LMF deterministic for a ``seed``) and one BLAS thread, as ``implicit``
 recommends. ``implicit`` is imported when a model is fitted.
