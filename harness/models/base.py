@@ -482,7 +482,7 @@ class BaseRecommender:
         scores_out = np.full((n_users, k), -np.inf)
         codes = self._user_index.get_indexer(users)
         known = np.flatnonzero(codes >= 0)
-        bound = np.minimum(left[codes[known]] @ np.diff(right.indptr), n_items)
+        bound = np.minimum(left @ np.diff(right.indptr), n_items)[codes[known]]
         done = np.zeros(n_users, dtype=bool)
         spans = list(row_spans(bound, _SPARSE_ENTRIES, _SPARSE_ROWS))
         for lo, hi in tqdm(
