@@ -481,8 +481,9 @@ class BaseRecommender:
         cols_out = np.full((n_users, k), -1, dtype=np.int64)
         scores_out = np.full((n_users, k), -np.inf)
         codes = self._user_index.get_indexer(users)
-        known = np.flatnonzero(codes >= 0)
-        bound = np.minimum(left @ np.diff(right.indptr), n_items)[codes[known]]
+        bound = np.minimum(left @ np.diff(right.indptr), n_items)[np.maximum(codes, 0)]
+        known = np.flatnonzero((codes >= 0) & (bound >= width))  # others cannot fill a list
+        bound = bound[known]
         done = np.zeros(n_users, dtype=bool)
         spans = list(row_spans(bound, _SPARSE_ENTRIES, _SPARSE_ROWS))
         for lo, hi in tqdm(
