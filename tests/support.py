@@ -56,11 +56,14 @@ class HarnessCli:
     (``HARNESS_TEST_*``) unless a test passes them, and ``tests/`` importable for plug-ins."""
 
     def env(self, **extra: str) -> dict[str, str]:
-        """The environment of a user's shell, plus ``extra``."""
+        """The environment of a user's shell, plus ``extra``. Bytecode is cached as in a user's
+        shell (``PYTHONDONTWRITEBYTECODE`` dropped): else each of the suite's CLI runs, and each
+        Spark Python worker it starts, compiles the project's modules again."""
+        dropped = ("MLFLOW_LOGGING_LEVEL", "PYTHONDONTWRITEBYTECODE")
         base = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith("HARNESS_TEST_") and k != "MLFLOW_LOGGING_LEVEL"
+            if not k.startswith("HARNESS_TEST_") and k not in dropped
         }
         path = os.pathsep.join(p for p in (str(TESTS), base.get("PYTHONPATH", "")) if p)
         fixed = {"PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "SPARK_CONF_DIR": str(SPARK_CONF_DIR)}
