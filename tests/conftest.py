@@ -27,6 +27,44 @@ from support import (
 collect_ignore_glob = ["metrics_tests/reference/make_*.py"]
 
 
+#: fixtures of the long tests (a JVM, CLI subprocesses, an mlflow server): their files go first
+LONG_FIXTURES = frozenset({"spark", "harness_cli", "quick_run", "mlflow_server"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the files longest first, each file's tests kept in its order: files with Spark
+    tests, then files with other long tests (marked ``slow`` or using a fixture of
+    :data:`LONG_FIXTURES`), then the rest; within a group, the files with most tests first
+    (pytest-xdist's own order). Under ``--dist loadfile`` (two workers, README's command) the
+    long files then start early instead of last (pytest-xdist ordered them by test count only,
+    so the one-test Spark files came at the end), and the run ends on short files."""
+    group: dict[Path, int] = {}
+    count: dict[Path, int] = {}
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "spark" in names or item.get_closest_marker("spark"):
+            rank = 0
+        elif names & LONG_FIXTURES or item.get_closest_marker("slow"):
+            rank = 1
+        else:
+            rank = 2
+        group[item.path] = min(group.get(item.path, 2), rank)
+        count[item.path] = count.get(item.path, 0) + 1
+    items.sort(key=lambda item: (group[item.path], -count[item.path]))  # stable: file order kept
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` in the collection's order (:func:`pytest_collection_modifyitems`)
+    rather than re-sorted by test count; other modes as pytest-xdist makes them."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False  # pytest-xdist's --no-loadscope-reorder
+    return LoadFileScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def harness_cli() -> HarnessCli:
     return HarnessCli()
