@@ -232,10 +232,11 @@ def history_matrix(train: pd.DataFrame) -> tuple[pd.Index, np.ndarray, np.ndarra
 
 
 def popularity_groups(train: pd.DataFrame) -> pd.Series:
-    """``head`` / ``mid`` / ``tail`` of every training item by its interaction count."""
-    counts = train["item"].value_counts()
-    order = np.lexsort((np.arange(len(counts)), -counts.to_numpy()))
-    counts = counts.iloc[order]
+    """``head`` / ``mid`` / ``tail`` of every training item by its interaction count, items of
+    equal count in ascending id order (as the comparison's item buckets), never in the order
+    the training rows arrived in."""
+    counts = train["item"].value_counts().sort_index()
+    counts = counts.iloc[np.argsort(-counts.to_numpy(), kind="stable")]
     values = counts.to_numpy(dtype=np.float64)
     total = values.sum()
     before = np.cumsum(values) - values

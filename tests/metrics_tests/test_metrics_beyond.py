@@ -578,3 +578,17 @@ def test_popularity_unexpectedness_without_cutoff_is_refused(name: str) -> None:
     train = pd.DataFrame({"user": [2, 2], "item": [1, 3]})
     with pytest.raises(ValueError, match=rf"'{name}'.*needs a cutoff.*{name}@10"):
         metrics.evaluate(qrels, run, [name], train=train)
+
+
+def test_exposure_groups_break_count_ties_by_item_id_not_row_order() -> None:
+    # counts: b 4, then a, c, d, e 1 each (total 8). tail: an item's share with every item after
+    # it <= 0.2, i.e. the last item only (1/8; two would be 2/8). Ties in id order: e is tail,
+    # whatever order the rows came in.
+    rows = list("bbbbacde")
+    run = pd.DataFrame({"user": [1] * 4, "item": list("acde"), "score": [4.0, 3, 2, 1]})
+    qrels = pd.DataFrame({"user": [1], "item": ["a"], "relevance": [1]})
+    d = [1 / math.log2(r + 1) for r in range(1, 5)]
+    for order in (rows, rows[::-1], list("edcabbbb")):
+        train = pd.DataFrame({"user": range(8), "item": order})
+        ev = metrics.evaluate(qrels, run, ["exposure_tail@4"], train=train)
+        assert ev.summary["exposure_tail@4"] == pytest.approx(d[3] / sum(d))
