@@ -190,11 +190,10 @@ def _candidate_run(
     codes = pd.Index(users).get_indexer(cand["user"])
     width = int(np.bincount(codes, minlength=len(users)).max()) if len(cand) else 0
     col = cand.groupby("user", sort=False).cumcount().to_numpy()
-    items = np.empty(
-        (len(users), width), dtype=object if cand["item"].dtype == object else np.int64
-    )
+    text = not pd.api.types.is_integer_dtype(cand["item"].dtype)  # pandas 3 ``str`` too
+    items = np.empty((len(users), width), dtype=object if text else np.int64)
     items[:] = PAD_ITEM_OBJECT if items.dtype == object else PAD_ITEM_INT
-    items[codes, col] = cand["item"].to_numpy()
+    items[codes, col] = cand["item"].to_numpy(dtype=object if text else np.int64)
     scores = np.asarray(score_items(users, items), dtype=np.float64)
     real = np.zeros(items.shape, dtype=bool)
     real[codes, col] = True

@@ -136,3 +136,48 @@ def test_sampled_run_warns_and_is_tagged(tmp_path: Path) -> None:
     runs = client.search_runs([exp.experiment_id])
     assert runs and all(r.data.tags["candidates.kind"] == "sampled" for r in runs)
     assert all("biased" in r.data.tags["candidates.warning"] for r in runs)
+
+
+def test_sampled_candidates_with_text_ids_score_as_integer_ids(tmp_path: Path) -> None:
+    """pandas 3 ``str`` ids (zero-padded, so id order is number order) through sampled
+    candidates give the integer-id run's lists and metrics on the same candidate set."""
+    ints = generate(n_users=150, n_items=120, n_events=3000, seed=5)
+    text = ints.assign(
+        user=pd.array([f"u{v:04d}" for v in ints["user"]], dtype="str"),
+        item=pd.array([f"i{v:04d}" for v in ints["item"]], dtype="str"),
+    )
+    split = make_split(text, "leave_one_out")
+    cand, _ = build_candidates(CandidateSpec(kind="sampled", n_negatives=15, seed=2), split, None)
+    assert str(cand["item"].dtype) == "str"
+    suite = MetricSuite(k=10, names=("ndcg@10", "recall@10", "auc"))
+
+    def run(frame: pd.DataFrame, candidates: pd.DataFrame, out: str):
+        result = run_models(
+            Dataset("s", frame, "s"),
+            make_split(frame, "leave_one_out"),
+            {"pop": PopularityModel(), "knn": ImplicitItemCosine()},
+            suite,
+            tmp_path / out,
+            progress=False,
+            candidates=candidates,
+        )
+        assert all(o.ok for o in result.outcomes.values()), [
+            o.error for o in result.outcomes.values()
+        ]
+        return result
+
+    as_int = cand.assign(
+        user=cand["user"].str[1:].astype(np.int64), item=cand["item"].str[1:].astype(np.int64)
+    )
+    got, want = run(text, cand, "text"), run(ints, as_int, "int")
+    pd.testing.assert_frame_equal(got.table(), want.table())
+    for name in ("pop", "knn"):
+        recs = got.outcomes[name].recommendations
+        recs = recs.assign(
+            user=recs["user"].str[1:].astype(np.int64), item=recs["item"].str[1:].astype(np.int64)
+        )
+        pd.testing.assert_frame_equal(
+            recs.reset_index(drop=True),
+            want.outcomes[name].recommendations.reset_index(drop=True),
+            check_dtype=False,
+        )
