@@ -205,11 +205,32 @@ def _candidate_run(
     return run, int(real.sum() - ok.sum())
 
 
-def _top_of(run: pd.DataFrame, k: int) -> pd.DataFrame:
-    """The k best candidates per user (score descending, then item ascending) as a long table."""
-    ordered = run.sort_values(["user", "score", "item"], ascending=[True, False, True])
+def _top_of(run: pd.DataFrame, k: int, options: metrics.Options) -> pd.DataFrame:
+    """The k best rows per user as a long table, in the metric library's order: score
+    descending, ties by ``options.tie_break`` (ids compared as ``options.id_order`` says;
+    ``input_order``: the rows' order)."""
+    ordered = run.reset_index(drop=True)
+    item = ordered["item"]
+    if options.id_order == "string" and pd.api.types.is_integer_dtype(item.dtype):
+        item = item.astype(str)
+    tie = np.arange(len(ordered)) if options.tie_break == "input_order" else item
+    ordered = ordered.assign(_tie=tie).sort_values(
+        ["user", "score", "_tie"],
+        ascending=[True, False, options.tie_break != "item_desc"],
+        kind="stable",
+    )
     ordered = ordered.assign(rank=ordered.groupby("user").cumcount().to_numpy() + 1)
     return ordered[ordered["rank"] <= k][["user", "rank", "item", "score"]].reset_index(drop=True)
+
+
+def model_order_holds(options: metrics.Options, integer_ids: bool) -> bool:
+    """True when a model's top-k list (score descending, ties by ascending item id) is already
+    the top-k the metric conventions ask for: ``tie_break`` ``item_asc`` with ids in the order
+    the model sorts them, or ``input_order`` (the model's list is the input), and ``ndcg_ties``
+    ``ordered``. Otherwise ties at the k-th score decide which items are in the list."""
+    if options.ndcg_ties != "ordered" or options.tie_break == "item_desc":
+        return False
+    return not (options.tie_break == "item_asc" and options.id_order == "string" and integer_ids)
 
 
 def _rating_metrics(
@@ -250,17 +271,24 @@ def _evaluate(
     score_names = [n for n in suite.names if metrics.parse(n).definition.kind == "score"]
     auc_counts = None
     t0, c0 = time.perf_counter(), time.process_time()
+    options = metrics.resolve_options(**suite.evaluate_options())
+    tied = None  # lists with every item tied with the k-th, when the conventions need them
     if candidates is None:
         outcome.recommendations, auc_counts = _rank_catalog(
             model, users, qrels, suite, score_names, outcome
         )
-        # The model's order is the ranking: score by rank so no tie rule can reorder its list.
         recs = outcome.recommendations
-        run = pd.DataFrame({"user": recs["user"], "item": recs["item"], "score": -recs["rank"]})
         scored = recs[["user", "item", "score"]]  # the model's scores: AUC counts ties as 1/2
+        if model_order_holds(options, pd.api.types.is_integer_dtype(qrels["item"].dtype)):
+            # The model's order is the ranking: score by rank so no tie rule can reorder it.
+            run = pd.DataFrame({"user": recs["user"], "item": recs["item"], "score": -recs["rank"]})
+        else:
+            tied = _with_ties(model, recs, suite.k)
+            outcome.recommendations = _top_of(tied, suite.k, options)
+            run = scored = outcome.recommendations[["user", "item", "score"]]
     else:
         run, unscored = _candidate_run(model, candidates, users)
-        outcome.recommendations = _top_of(run, suite.k)
+        outcome.recommendations = _top_of(run, suite.k, options)
         outcome.info["candidates_unscored"] = unscored
         if score_names:
             outcome.info["auc_scope"] = "candidates"
@@ -271,6 +299,16 @@ def _evaluate(
     ranking = [n for n in suite.names if n not in rating]
     asked = [n for n in ranking if candidates is not None or n not in score_names] or ranking
     ev = evaluate(qrels, run, asked, train=split.train, catalog=catalog, **suite.evaluate_options())
+    if tied is not None and options.ndcg_ties == "average":
+        # tie groups averaged over their whole extent, past the k-th item (as torchmetrics and
+        # scikit-learn do); metrics without a cutoff keep the k-item lists
+        cut = [n for n in asked if metrics.parse(n).k is not None]
+        if cut:
+            tied = tied.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
+            whole = evaluate(
+                qrels, tied, cut, train=split.train, catalog=catalog, **suite.evaluate_options()
+            )
+            ev = _joined(ev, whole, ranking)
     if auc_counts is not None:
         ev = _with_scores(ev, _catalog_scores(auc_counts, users, score_names, ev.options), ranking)
     elif candidates is None and score_names:
@@ -320,11 +358,7 @@ def _rank_catalog(
                 f"{type(model).__name__} does not score the whole catalog (a user whose list "
                 "is all hits or has none gets NaN)"
             )
-        if rank_positions is not None and catalog is not None:
-            at, scores = rank_positions(users, suite.k)
-        else:
-            at, scores = model.recommend(users, suite.k)
-        return _recommendations(users, np.asarray(at), np.asarray(scores), catalog), None
+        return _lists(model, users, suite.k), None
     relevant = _relevant_pairs(qrels, suite)
     at, scores, counts = model.recommend_with_auc(  # type: ignore[attr-defined]
         users,
@@ -337,6 +371,37 @@ def _rank_catalog(
     outcome.info["auc_scope"] = "catalog"
     outcome.info["auc_relevant_unranked"] = len(relevant) - int(counts.n_pos.sum())
     return _recommendations(users, at, scores, catalog), counts
+
+
+def _lists(model: Recommender, users: np.ndarray, k: int) -> pd.DataFrame:
+    """The model's top-``k`` lists of ``users`` as a long table (:func:`_recommendations`), from
+    positions when the model has them (text ids not copied per entry)."""
+    rank_positions = getattr(model, "rank_positions", None)  # duck-typed, as in harness.models
+    catalog = None if rank_positions is None else getattr(model, "position_ids_", None)
+    if rank_positions is not None and catalog is not None:
+        at, scores = rank_positions(users, k)
+    else:
+        at, scores = model.recommend(users, k)
+    return _recommendations(users, np.asarray(at), np.asarray(scores), catalog)
+
+
+def _with_ties(model: Recommender, recs: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Rows (user, item, score) of each user's top-``k`` and of every item tied with its k-th
+    score, so a tie rule other than the model's can choose among them: lists of users with
+    ``k`` entries are fetched again twice as deep until the last score falls below the k-th
+    or the catalog runs out."""
+    rows = recs[["user", "item", "score"]]
+    kth = recs.loc[recs["rank"] == k, ["user", "score"]]
+    done, depth = [rows[~rows["user"].isin(kth["user"])]], 2 * k
+    while len(kth):
+        deeper = _lists(model, kth["user"].to_numpy(), depth)
+        bound = deeper["user"].map(pd.Series(kth["score"].to_numpy(), index=kth["user"]))
+        deeper = deeper[deeper["score"] >= bound]
+        last = deeper.groupby("user", sort=False)["rank"].max()
+        open_ = last[last == depth].index  # ties may go on past this depth
+        done.append(deeper.loc[~deeper["user"].isin(open_), ["user", "item", "score"]])
+        kth, depth = kth[kth["user"].isin(open_)], 2 * depth
+    return pd.concat(done, ignore_index=True)
 
 
 def _scores_catalog(model: Recommender) -> bool:
@@ -366,21 +431,26 @@ def _catalog_scores(
     return metrics.Evaluation(summary, frame, options, {"auc_undefined_users": undefined})
 
 
+def _joined(
+    ev: metrics.Evaluation, other: metrics.Evaluation, order: list[str]
+) -> metrics.Evaluation:
+    """``ev`` with the metrics of ``other`` (summary, per-user columns) taken from it; keys and
+    columns in ``order``."""
+    names = list(other.summary)
+    summary = ev.summary | other.summary
+    per_user = ev.per_user.drop(columns=[n for n in names if n in ev.per_user.columns])
+    per_user = per_user.join(other.per_user[names], how="left")
+    return replace(ev, summary={n: summary[n] for n in order}, per_user=per_user[order])
+
+
 def _with_scores(
     ev: metrics.Evaluation, scores: metrics.Evaluation, order: list[str]
 ) -> metrics.Evaluation:
     """``ev`` with its score metrics (summary, per-user columns, undefined count) taken from
     ``scores``; keys and columns in ``order``."""
-    names = list(scores.summary)
-    summary = ev.summary | scores.summary
-    per_user = ev.per_user.drop(columns=[n for n in names if n in ev.per_user.columns])
-    per_user = per_user.join(scores.per_user[names], how="left")
-    return replace(
-        ev,
-        summary={n: summary[n] for n in order},
-        per_user=per_user[order],
-        counts=ev.counts | {"auc_undefined_users": scores.counts["auc_undefined_users"]},
-    )
+    joined = _joined(ev, scores, order)
+    counts = {"auc_undefined_users": scores.counts["auc_undefined_users"]}
+    return replace(joined, counts=joined.counts | counts)
 
 
 def run_models(

@@ -451,7 +451,12 @@ def run_models_spark(
                     # in-process order: by user, then item (metrics' input-order ties)
                     scored.orderBy("user", "item").write.mode("overwrite").parquet(scored_uri)
                     scored = spark.read.parquet(scored_uri)
-                    lists = topk_spark(scored, suite.k, "item_asc")
+                    # ties as the metrics order them (candidates sit in item order: input
+                    # order is item order, as in-process)
+                    tie = metrics.resolve_options(**opts).tie_break
+                    lists = topk_spark(
+                        scored, suite.k, "item_desc" if tie == "item_desc" else "item_asc"
+                    )
                     outcome.info["candidates_unscored"] = n_cand - scored.count()
                     outcome.info["scores_uri"] = scored_uri
                 ranked = lists.select(
