@@ -30,6 +30,8 @@ __all__ = [
     "compare_models",
     "compare_pair",
     "compared_metrics",
+    "paired_note",
+    "paired_users",
     "segment_data",
 ]
 
@@ -245,6 +247,52 @@ def _rows(
     return list(rows.values())
 
 
+def paired_users(
+    baseline: str,
+    candidate: str,
+    per_user: tuple[pd.DataFrame, pd.DataFrame],
+    options: Mapping[str, Any] | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
+    """The two per-user tables on the users both hold (in the baseline's order), and a note
+    counting the users left out when there are some.
+
+    Users may differ only under ``user_set="intersection"`` (resolved from ``options``, a
+    preset such as ``trec_eval`` included): there a model is evaluated on the test users it gave
+    a list, so two models differ by the users one of them has no list for. Under ``truth``
+    every model is evaluated on every test user: different users mean different splits, a
+    ``ValueError`` naming an example user."""
+    a, b = per_user
+    if a.index.equals(b.index):
+        return a, b, None
+    user_set = metrics.resolve_options(**dict(options or {})).user_set
+    if user_set != "intersection":
+        only = a.index.symmetric_difference(b.index)
+        example = _plain(only[0]) if len(only) else "(same users, different order)"
+        raise ValueError(
+            f"{baseline!r} and {candidate!r} were evaluated on different users "
+            f"({len(only)} differ, e.g. {example!r}); compare models on the same split"
+        )
+    both = a.index[a.index.isin(b.index)]
+    note = paired_note(baseline, candidate, len(both), len(a), len(b))
+    return a.loc[both], b.loc[both], note
+
+
+def paired_note(baseline: str, candidate: str, n_both: int, n_a: int, n_b: int) -> str:
+    """The note of a pair compared on the ``n_both`` users its two tables (of ``n_a`` and
+    ``n_b`` users) share (``user_set="intersection"``); the Spark comparison writes it too."""
+    return (
+        f"compared on the {n_both:,} users both models were evaluated on, leaving out "
+        f"{n_a - n_both:,} of the {n_a:,} users of {baseline!r} and {n_b - n_both:,} of the "
+        f"{n_b:,} users of {candidate!r} (user_set=intersection evaluates a model only on the "
+        "test users it gave a list)"
+    )
+
+
+def _plain(value: object) -> object:
+    """A numpy scalar as the Python value (``9``, not ``np.int64(9)``, in messages)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def compare_pair(
     baseline: str,
     candidate: str,
@@ -261,21 +309,17 @@ def compare_pair(
 ) -> PairComparison:
     """Compare ``candidate`` with ``baseline`` on every metric, overall and per segment.
 
-    The two per-user tables must cover the same users (same split): otherwise a ``ValueError``
-    names an example user. Whole-run metrics (coverage, gini) have no per-user values: their row
-    carries the two summary values and the difference, without a confidence interval.
+    The two per-user tables cover the same users (same split), except under
+    ``user_set="intersection"`` (``options``), where each model is evaluated only on the test
+    users it gave a list: the pair is then compared on the users both tables hold, and a note
+    counts those left out (:func:`paired_users`). Other differences are a ``ValueError``
+    naming an example user. Whole-run metrics (coverage, gini) have no per-user values: their
+    row carries the two summary values and the difference, without a confidence interval.
     """
-    a, b = per_user
-    if not a.index.equals(b.index):
-        only = a.index.symmetric_difference(b.index)
-        example = only[0] if len(only) else "(same users, different order)"
-        raise ValueError(
-            f"{baseline!r} and {candidate!r} were evaluated on different users "
-            f"({len(only)} differ, e.g. {example!r}); compare models on the same split"
-        )
+    a, b, note = paired_users(baseline, candidate, per_user, options)
     names = [n for n in names if n in a.columns and n in b.columns]
     rows = _rows(a, b, names, "all", spec, summaries)
-    notes: list[str] = []
+    notes: list[str] = [note] if note else []
     if segments is not None:
         for seg, users in segments.users.items():
             keep = a.index.isin(users)

@@ -297,9 +297,11 @@ def _on_driver(
     logged: Sequence[_Logged],
     cspec: CompareSpec,
     split_dir: Path,
+    options: dict[str, Any],
 ) -> tuple[list[str], Any]:
     """The compared metrics and a function comparing them in-process
-    (:func:`harness.compare.compare_pair`), with segments when the split is cached."""
+    (:func:`harness.compare.compare_pair`, metric ``options`` as :func:`_options`), with
+    segments when the split is cached."""
     pu_a, pu_b = (
         p if isinstance(p, pd.DataFrame) else _driver_frame(p, ["user"]).set_index("user")
         for p in (logged[0].per_user, logged[1].per_user)
@@ -327,6 +329,7 @@ def _on_driver(
             segments=segments,
             qrels=qrels,
             recs=(top_a, top_b) if top_a is not None and top_b is not None else None,
+            options=options,
         )
         return pair, segments is not None
 
@@ -359,9 +362,11 @@ def _on_spark(
     cspec: CompareSpec,
     split_dir: Path,
     scratch: Path,
+    options: dict[str, Any],
 ) -> tuple[list[str], Any]:
     """The compared metrics and a function comparing them with the per-user tables kept in
-    Spark (:func:`harness.spark.compare.compare_spark`; segments from the cached split)."""
+    Spark (:func:`harness.spark.compare.compare_spark`; segments from the cached split;
+    metric ``options`` as :func:`_options`)."""
     from pyspark.sql import functions as sf
 
     from harness.spark.compare import bucket_tables_spark, compare_spark, segments_spark
@@ -412,10 +417,19 @@ def _on_spark(
             summaries=(logged[0].result.get("summary", {}), logged[1].result.get("summary", {})),
             segments=segments,
             buckets=buckets,
+            options=options,
         )
         return pair, segments is not None
 
     return columns, run
+
+
+def _options(runs: Sequence[Any]) -> dict[str, Any]:
+    """The metric option the pairing needs, from the runs' ``metrics.option.user_set`` params:
+    ``intersection`` when either run was evaluated so (its table holds only the users it gave
+    a list; the pair is compared on the users both tables hold), else none (every test user)."""
+    user_sets = {r.data.params.get("metrics.option.user_set") for r in runs}
+    return {"user_set": "intersection"} if "intersection" in user_sets else {}
 
 
 def _specs(gate: str, baseline: str, overrides: Sequence[str]) -> tuple[CompareSpec, GateSpec, Any]:
@@ -475,9 +489,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 print(f"comparing in Spark (--engine {args.engine}; per-user rows: {rows})")
                 spark = stack.enter_context(_session(args.spark_master))
-                columns, compare = _on_spark(spark, names, logged, cspec, split_dir, Path(tmp))
+                columns, compare = _on_spark(
+                    spark, names, logged, cspec, split_dir, Path(tmp), _options(runs)
+                )
             else:
-                columns, compare = _on_driver(names, logged, cspec, split_dir)
+                columns, compare = _on_driver(names, logged, cspec, split_dir, _options(runs))
             metric_names = list(cspec.metrics or columns)
             gspec = check_gate(  # a rule on a metric these runs lack: one line, exit 2
                 gspec,

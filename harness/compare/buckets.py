@@ -147,8 +147,20 @@ def _item_codes(values: pd.Series, index: pd.Index) -> np.ndarray:
     # distinct values first (Python strings hash once, cached), then only those converted to
     # the index's type: converting every row of an object column to text costs far more
     codes, uniques = pd.factorize(values)
-    at = np.append(index.get_indexer(pd.Index(uniques).astype(index.dtype)).astype(np.int64), -1)
+    distinct = pd.Index(uniques)
+    if pd.api.types.is_integer_dtype(index.dtype) and not _integers(distinct):
+        # text ids against integer ones (a score file with a non-integer id, which compares
+        # its ids as text): compared as text, as the run's own evaluation does
+        index, distinct = index.astype(str), distinct.astype(str)
+    else:
+        distinct = distinct.astype(index.dtype)
+    at = np.append(index.get_indexer(distinct).astype(np.int64), -1)
     return at[codes]  # code -1 (missing id) picks the appended -1
+
+
+def _integers(ids: pd.Index) -> bool:
+    """True for integer ids (an integer dtype, or Python ints in an object index)."""
+    return pd.api.types.is_integer_dtype(ids.dtype) or pd.api.types.infer_dtype(ids) == "integer"
 
 
 def _runs(values: pd.Series, index: pd.Index) -> tuple[np.ndarray, np.ndarray]:

@@ -56,6 +56,7 @@ from harness.compare import (
     compared_metrics,
     comparison_table,
     group_gap_note,
+    paired_note,
     segment_definitions,
 )
 from metrics import stats
@@ -274,17 +275,24 @@ def _stacked(
     buckets: Mapping[str, Sequence[DataFrame]],
     ranked: Sequence[str],
 ) -> DataFrame:
-    """One row per (segment, user): ``all`` (with ``_only`` = 1 for a user of one table only),
-    each user segment, each item bucket (its ranking metrics; the others null)."""
+    """One row per (segment, user): ``all`` (``_only`` = 1 for a user of the baseline's table
+    only, 2 of the candidate's only, with every metric null: nothing pairs it), each user
+    segment and each item bucket (their users in both tables; a bucket's ranking metrics, the
+    others null)."""
     from pyspark.sql import functions as sf
 
     va = _values(a, names, "a", "baseline per-user table").withColumn("_in_a", sf.lit(1))
     vb = _values(b, names, "b", "candidate per-user table").withColumn("_in_b", sf.lit(1))
     both = va.join(vb, "user", "full_outer")
-    only = sf.when(sf.col("_in_a").isNull() | sf.col("_in_b").isNull(), 1).otherwise(0)
+    only = (
+        sf.when(sf.col("_in_b").isNull(), 1).when(sf.col("_in_a").isNull(), 2).otherwise(0)
+    ).alias("_only")
     metric_cols = [f"{s}{i}" for s in "ab" for i in range(len(names))]
-    paired = both.select("user", *metric_cols)
-    parts = [both.select(sf.lit("all").alias(_SEG), "user", *metric_cols, only.alias("_only"))]
+    paired = both.filter(sf.col("_in_a").isNotNull() & sf.col("_in_b").isNotNull())
+    paired = paired.select("user", *metric_cols)
+    in_both = sf.col("_in_a").isNotNull() & sf.col("_in_b").isNotNull()
+    values = [sf.when(in_both, sf.col(c)).alias(c) for c in metric_cols]
+    parts = [both.select(sf.lit("all").alias(_SEG), "user", *values, only)]
     if segments is not None:
         seg = segments.users.select("user", sf.col("segment").alias(_SEG))
         parts.append(
@@ -348,7 +356,13 @@ def _first_pass(rows: DataFrame, hibs: Sequence[bool], spec: CompareSpec) -> pd.
     extremes of d and the GSB counts; per segment the users of one table only."""
     from pyspark.sql import functions as sf
 
-    aggs = ["sum(`_only`) AS `only`", "min(CASE WHEN `_only` = 1 THEN `user` END) AS `only_user`"]
+    aggs = [
+        "count(*) AS `users`",
+        "count(CASE WHEN `_only` > 0 THEN 1 END) AS `only`",
+        "count(CASE WHEN `_only` = 1 THEN 1 END) AS `only_a`",
+        "count(CASE WHEN `_only` = 2 THEN 1 END) AS `only_b`",
+        "min(CASE WHEN `_only` > 0 THEN `user` END) AS `only_user`",
+    ]
     for i, hib in enumerate(hibs):
         t = _terms(i, hib, spec)
         ok = t["ok"]
@@ -569,14 +583,18 @@ def compare_spark(
     segments: SparkSegments | None = None,
     buckets: Mapping[str, Sequence[DataFrame]] | None = None,
     max_differences: int = 200_000,
+    options: Mapping[str, Any] | None = None,
 ) -> PairComparison:
     """:func:`harness.compare.compare_pair` of two per-user Spark tables (``user`` plus one
     column per metric): the same rows, numbers and notes, from two aggregations.
 
     ``summaries`` (the two evaluations' summaries) give the run-level rows of whole-run metrics
     (coverage, gini, global AUC), ``segments`` the user segments, ``buckets`` the item-bucket
-    per-user tables (:func:`bucket_tables_spark`). Users in only one table: ``ValueError``
-    naming one. ``differences`` holds the GSB metric only (see the module docstring).
+    per-user tables (:func:`bucket_tables_spark`). Users in only one table: under
+    ``user_set="intersection"`` (``options``) the pair is compared on the users both hold,
+    with :func:`harness.compare.paired_note`; otherwise a ``ValueError`` naming one (as
+    :func:`harness.compare.paired_users`). ``differences`` holds the GSB metric only (see the
+    module docstring).
     """
     from pyspark import StorageLevel
 
@@ -587,13 +605,19 @@ def compare_spark(
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         first = _first_pass(rows, hibs, spec)
+        notes: list[str] = []
         if "all" in first.index and int(first.loc["all", "only"]) > 0:
             only = int(first.loc["all", "only"])
-            raise ValueError(
-                f"{baseline!r} and {candidate!r} were evaluated on different users "
-                f"({only} differ, e.g. {first.loc['all', 'only_user']!r}); "
-                "compare models on the same split"
-            )
+            user_set = metrics.resolve_options(**dict(options or {})).user_set
+            if user_set != "intersection":
+                raise ValueError(
+                    f"{baseline!r} and {candidate!r} were evaluated on different users "
+                    f"({only} differ, e.g. {first.loc['all', 'only_user']!r}); "
+                    "compare models on the same split"
+                )
+            n_both = int(first.loc["all", "users"]) - only
+            n_a, n_b = (n_both + int(first.loc["all", f"only_{s}"]) for s in "ab")
+            notes.append(paired_note(baseline, candidate, n_both, n_a, n_b))
         large = [
             seg
             for seg in first.index
@@ -630,7 +654,6 @@ def compare_spark(
     finally:
         rows.unpersist()
     table = comparison_table(table_rows, spec)
-    notes: list[str] = []
     if spec.gsb_metric not in names:
         notes.append(f"GSB metric {spec.gsb_metric!r} is not in the compared metrics")
     definitions = dict(segments.definitions) if segments is not None else {}
@@ -703,6 +726,7 @@ def compare_models_spark(
                 summaries=(summaries[spec.baseline], summaries[name]),
                 segments=segments,
                 buckets=buckets,
+                options=options,
             )
         )
     if spec.human_labels and pairs:

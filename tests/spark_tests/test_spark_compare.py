@@ -178,6 +178,37 @@ def test_different_users_is_one_line(spark: Any) -> None:
         )  # fmt: skip
 
 
+@pytest.mark.parametrize("n", [400, 21_000])
+def test_intersection_compares_the_users_both_tables_hold(spark: Any, n: int) -> None:
+    # user_set=intersection (here through the trec_eval preset): a model is evaluated on the
+    # users it gave a list, so the tables differ; both engines pair the users both hold
+    a, b = per_user_tables(n, "str")
+    a, b = a.iloc[5:], b.iloc[:-3]  # 5 users of the candidate only, 3 of the baseline only
+    names = list(a.columns)
+    common = a.index.intersection(b.index)
+    summaries = ({"coverage@10": 0.4}, {"coverage@10": 0.5})
+    groups = user_segments(a, 300)
+    spec, opts = CompareSpec(n_resamples=200), {"preset": "trec_eval"}
+    ref = compare_pair(
+        "base", "cand", (a, b), names, spec, summaries=summaries, options=opts,
+        segments=SegmentData(groups, pd.Series(dtype=object), {"cold": "c"}),
+    )  # fmt: skip
+    row = ref.row("ndcg@10")
+    assert row["n"] == len(common) == n - 8
+    assert row["mean_a"] == pytest.approx(a.loc[common, "ndcg@10"].mean(), abs=TOL)
+    assert row["mean_b"] == pytest.approx(b.loc[common, "ndcg@10"].mean(), abs=TOL)
+    assert ref.notes[0].startswith(
+        f"compared on the {n - 8:,} users both models were evaluated on, leaving out 3 of the "
+        f"{n - 5:,} users of 'base' and 5 of the {n - 3:,} users of 'cand'"
+    )
+    mine = compare_spark(
+        spark_table(spark, a), spark_table(spark, b), names, spec, baseline="base",
+        candidate="cand", summaries=summaries, segments=as_spark_segments(spark, groups),
+        options=opts,
+    )  # fmt: skip
+    assert_same(mine, ref)
+
+
 def test_linear_quantile_from_counts_is_numpys() -> None:
     rng = np.random.default_rng(5)
     for _ in range(200):
