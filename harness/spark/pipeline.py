@@ -464,6 +464,7 @@ def run_models_spark(
                 )
                 ranked.write.mode("overwrite").parquet(topk_uri)
             lists = spark.read.parquet(topk_uri)
+            judged = _in_truth_items(lists, sp, qrels)  # the lists in the truth's id type
             t1 = time.perf_counter()
             ranking = [n for n in suite.names if n not in rating and n not in no_features]
             parts: list[tuple[str, list[str]]] = []  # per-user tables to join: (uri, names)
@@ -473,7 +474,7 @@ def run_models_spark(
             notes: list[str] = []
             by_score: metrics.Evaluation | None = None
             if mine is None:
-                run = lists.select("user", "item", (-sf.col("rank")).cast("double").alias("score"))
+                run = judged.select("user", "item", (-sf.col("rank")).cast("double").alias("score"))
                 asked = [n for n in ranking if n not in score_names] or ["num_rel"]
                 if score_names and _scores_catalog_spark(model):
                     outcome.info["auc_scope"] = "catalog"
@@ -489,7 +490,10 @@ def run_models_spark(
                 asked = ranking or ["num_rel"]
                 if score_names:
                     outcome.info["auc_scope"] = "candidates"
-            ev = evaluate(qrels, run, asked, "ranking", train=sp.train, catalog=catalog, **side)
+            listed = catalog  # coverage's and gini's catalog for these lists
+            if mine is None and not _scores_catalog_spark(model):  # lists from elsewhere
+                listed = _catalog_with_spark(lists, sp, catalog, outcome)
+            ev = evaluate(qrels, run, asked, "ranking", train=sp.train, catalog=listed, **side)
             summary = {n: ev.summary[n] for n in asked if n in suite.names}
             counts = dict(ev.counts)
             if outcome.info.get("auc_scope") == "catalog":
@@ -514,7 +518,7 @@ def run_models_spark(
                 counts["auc_undefined_users"] = by_score.counts["auc_undefined_users"]
             elif outcome.info.get("auc_scope") == "topk":
                 by_score = evaluate(
-                    qrels, lists.select("user", "item", "score"), score_names, "scores"
+                    qrels, judged.select("user", "item", "score"), score_names, "scores"
                 )
                 summary |= by_score.summary
                 counts["auc_undefined_users"] = by_score.counts["auc_undefined_users"]
@@ -538,7 +542,7 @@ def run_models_spark(
             if small:
                 with _quiet():
                     outcome.recommendations = _recs_copy(lists)
-            tables.lists[name] = lists
+            tables.lists[name] = judged
             tables.per_user[name] = per_user
             tables.uris[name] = {"topk": topk_uri, "per_user": per_user_uri}
             outcome.notes += notes
@@ -560,6 +564,65 @@ def run_models_spark(
     result = SparkExperimentResult(dataset, split, suite, outcomes, folder, options, tables=tables)
     save(result)
     return result
+
+
+def _in_truth_items(lists: DataFrame, sp: SparkSplit, qrels: DataFrame) -> DataFrame:
+    """``lists`` with item ids of the truth's type, as the in-process
+    ``harness.experiment._in_truth_ids``: text ids against integer truth ids (a score file
+    with a non-integer id compares its ids as text) become the item of the split's parts with
+    that text, any other (outside the data) a distinct integer above every id of those parts
+    (a miss, counted as one item). Unchanged when the types agree."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    if _id_kind(qrels, "item") != "bigint" or _id_kind(lists, "item") != "string":
+        return lists
+    parts = [p for p in (sp.train, sp.valid, sp.test) if p is not None]
+    known = parts[0].select(sf.col("item").cast("bigint").alias("_id"))
+    for part in parts[1:]:
+        known = known.union(part.select(sf.col("item").cast("bigint").alias("_id")))
+    known = known.distinct().select(sf.col("_id").cast("string").alias("item"), "_id")
+    row = known.agg(sf.max("_id")).first()
+    top = max(int(row[0]) if row is not None and row[0] is not None else 0, 0)
+    outside = lists.select("item").distinct().join(known, "item", "left_anti")
+    number = sf.row_number().over(Window.orderBy("item"))  # the few items outside the data
+    numbered = outside.select("item", (sf.lit(top) + number).cast("bigint").alias("_id"))
+    ids = known.unionByName(numbered)
+    return lists.join(sf.broadcast(ids), "item", "left").select(
+        "user", "rank", sf.col("_id").alias("item"), "score"
+    )
+
+
+def _catalog_with_spark(lists: DataFrame, sp: SparkSplit, catalog: int, outcome: Any) -> int:
+    """The in-process ``harness.experiment._catalog_with`` on Spark: the catalog of
+    ``coverage@k``/``gini@k`` for ``lists`` is ``max(catalog, |parts' items ∪ listed
+    items|)``, the parts being the split's training, validation and test events; the listed
+    items in no part are counted in ``outcome.info`` (``items_outside_data``,
+    ``catalog_items``) with the same note. Ids of two types (text and integers) compare as
+    text. Two small jobs: the parts' distinct items, and the listed ones outside them."""
+    from pyspark.sql import functions as sf
+
+    parts = [p for p in (sp.train, sp.valid, sp.test) if p is not None]
+    kinds = {_id_kind(p, "item") for p in [*parts, lists]}
+    kind = "string" if "string" in kinds else "bigint"
+    item = sf.col("item").cast(kind).alias("item")
+    known = parts[0].select(item)
+    for part in parts[1:]:
+        known = known.union(part.select(item))
+    known = known.distinct()
+    outside = lists.select(item).distinct().join(known, "item", "left_anti")
+    row = outside.agg(sf.count(sf.lit(1)).alias("n"), sf.min("item").alias("example")).first()
+    n_outside, example = (int(row["n"]), row["example"]) if row is not None else (0, None)
+    if not n_outside:
+        return catalog
+    size = max(catalog, known.count() + n_outside)
+    outcome.info |= {"items_outside_data": n_outside, "catalog_items": size}
+    outcome.notes.append(
+        f"{n_outside:,} recommended item(s) are in no part of the split (training, "
+        f"validation, test), e.g. {example!r}: ranked as misses, and counted into the "
+        f"catalog of coverage and gini ({size:,} items instead of the dataset's {catalog:,})"
+    )
+    return size
 
 
 def _catalog_auc(
