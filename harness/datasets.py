@@ -39,8 +39,9 @@ class Dataset:
 
     @cached_property
     def sha256(self) -> str:
-        """The frame's :func:`~harness.split.data_hash`, computed once: the split key and the
-        logged ``dataset.sha256`` both use it."""
+        """The frame's :func:`~harness.split.data_hash` (its rows' content in any order, the
+        digest ``engine=spark`` computes too), computed once: the split key and the logged
+        ``dataset.sha256`` both use it."""
         return self.digest or data_hash(self.frame)
 
     def without_codes(self) -> Dataset:

@@ -49,6 +49,7 @@ import pandas as pd
 
 from harness.data import ITEM, TIMESTAMP, USER, IdCodes, known_codes, remember_codes
 from harness.errors import DataError
+from harness.hashing import column_hash, content_hash, mix, row_hashes
 from metrics.checks import require_choice, require_columns, require_int, require_range
 
 __all__ = [
@@ -73,7 +74,9 @@ __all__ = [
 ]
 
 UNSEEN_POLICIES: tuple[str, ...] = ("drop", "keep")
-_CACHE_VERSION = 2  # 2: random splits by a counter-based hash
+_CACHE_VERSION = 3  # 2: random splits by a counter-based hash; 3: order-free data hash
+# methods whose ties (equal user, timestamp, item) go by input row: their key keeps that order
+_INPUT_ORDER_METHODS = frozenset({"leave_one_out", "user_time"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -421,15 +424,16 @@ def _rows_of(df: pd.DataFrame, split: Split) -> Split:
 
 
 def data_hash(df: pd.DataFrame, coded: Mapping[str, IdCodes] | None = None) -> str:
-    """Hex sha256 of a frame's content: column names, dtypes, index and values, in row order.
+    """Hex digest of a frame's content: its rows as a multiset, with the column names and kinds
+    (:func:`harness.hashing.content_hash`): not the row order, not the index, not the dtype of
+    text ids (``object``, ``str``, categorical); text and integer ids differ. The Spark engine
+    computes the same digest per partition.
 
     ``coded``: text id columns of ``df`` as codes into their distinct values (what loading
     computed; else the codes the split noted, :func:`~harness.data.known_codes`); the digest is
     the same, without hashing every row's string again.
     """
-    h = hashlib.sha256()
-    h.update(json.dumps([[str(c), str(df[c].dtype)] for c in df.columns]).encode())
-    # pandas hashes a categorical by its values: hash each distinct id once
+    # each distinct id hashed once (a categorical hashes by its categories' values)
     columns = {
         name: pd.Categorical.from_codes(c.codes, categories=pd.Index(c.uniques))
         for name, c in (coded or {}).items()
@@ -438,9 +442,56 @@ def data_hash(df: pd.DataFrame, coded: Mapping[str, IdCodes] | None = None) -> s
         known = None if name in columns or name not in df.columns else known_codes(df[name])
         if known is not None:
             columns[name] = pd.Categorical.from_codes(known[0], categories=known[1])
-    view = df.assign(**columns) if columns else df
-    h.update(pd.util.hash_pandas_object(view, index=True).to_numpy().tobytes())
-    return h.hexdigest()
+    return content_hash(df.assign(**columns) if columns else df)
+
+
+def _tie_order(df: pd.DataFrame, coded: Mapping[str, IdCodes] | None = None) -> str | None:
+    """What input order adds to a split whose ties go by input row (:data:`_INPUT_ORDER_METHODS`):
+    None when no order can change it (no repeated (user, item, timestamp) event with rows that
+    differ, or each such event's rows in one canonical order: by row hash), else the hex sum
+    mod 2**64 of ``mix(row hash, rank of the row within its event by input row)``.
+
+    Two inputs with the same rows and the same order within each repeated event get the same
+    value (the events' order among themselves does not count); the data digest ignores order.
+    """
+    if len(df) < 2 or not {USER, ITEM, TIMESTAMP} < set(df.columns):
+        return None  # only (user, item, timestamp) columns: a repeated event's rows are equal
+    words = [_id_words(df[name], (coded or {}).get(name)) for name in (USER, ITEM)]
+    key = mix(0, *words, df[TIMESTAMP].to_numpy().astype(np.int64, copy=False))
+    ordered = np.sort(key)
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if repeated.size == 0:
+        return None
+    rows = np.flatnonzero(np.isin(key, repeated))
+    event = key[rows]
+    by_event = np.lexsort((rows, event))  # each event's rows in input order
+    event, rows = event[by_event], rows[by_event]
+    h = row_hashes(df.iloc[rows])
+    same = event[1:] == event[:-1]
+    if not (same & (h[1:] < h[:-1])).any():
+        return None  # every repeated event's rows already in row-hash order (or equal)
+    starts = np.flatnonzero(np.r_[True, ~same])
+    rank = np.arange(rows.size) - np.repeat(starts, np.diff(np.r_[starts, rows.size]))
+    total = int(mix(1, h, rank.astype(np.int64)).sum(dtype=np.uint64))
+    return f"{total:016x}"
+
+
+def _id_words(column: pd.Series, coded: IdCodes | None) -> np.ndarray:
+    """An id column as int64 or uint64 words that are equal exactly when the ids are equal:
+    integer ids themselves, else codes (from loading or noted by the split), else hashes."""
+    if column.dtype.kind in "iub":
+        return column.to_numpy().astype(np.int64, copy=False)
+    if coded is not None and len(coded.codes) == len(column):
+        # noted as codes into the sorted ids, so a later key of this frame (the CLI computes
+        # it again) and the id lookups of models need not hash the text
+        order = coded.uniques.argsort().to_numpy()
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        codes = rank[coded.codes]
+        remember_codes(column, codes, pd.Index(coded.uniques.iloc[order]))
+        return codes
+    known = known_codes(column)
+    return np.asarray(known[0], dtype=np.int64) if known is not None else column_hash(column)
 
 
 _PART_DIGESTS: weakref.WeakKeyDictionary[Split, dict[str, str]] = weakref.WeakKeyDictionary()
@@ -460,20 +511,31 @@ def part_digest(split: Split, part: str) -> str:
 
 
 def split_cache_key(
-    df: pd.DataFrame, method: str, params: Mapping[str, Any], *, digest: str | None = None
+    df: pd.DataFrame,
+    method: str,
+    params: Mapping[str, Any],
+    *,
+    digest: str | None = None,
+    coded: Mapping[str, IdCodes] | None = None,
 ) -> str:
     """Hex sha256 naming a split: the data hash, the method and its params with defaults filled.
 
     Passing a default explicitly or omitting it gives the same key; any changed value changes it.
     ``digest`` is ``data_hash(df)`` when the caller already has it (hashing a large frame is slow).
+    The data hash ignores row order; for methods whose ties go by input row the key also holds
+    that order where it can change the split (:func:`_tie_order`). ``coded``: as in
+    :func:`load_or_make_split`.
     """
     effective = _effective_params(method, dict(params))
     payload = {
         "version": _CACHE_VERSION,
-        "data": digest or data_hash(df),
+        "data": digest or data_hash(df, coded),
         "method": method,
         "params": effective,
     }
+    ties = _tie_order(df, coded) if method in _INPUT_ORDER_METHODS else None
+    if ties is not None:
+        payload["ties"] = ties
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -494,8 +556,8 @@ def load_or_make_split(
     ``digest``: ``data_hash(df)`` if the caller has it; ``coded``: the codes of ``df``'s text
     id columns, if loading made them (``Dataset.coded``).
     """
-    digest = digest or data_hash(df)
-    key = split_cache_key(df, method, params, digest=digest)
+    digest = digest or data_hash(df, coded)
+    key = split_cache_key(df, method, params, digest=digest, coded=coded)
     target = Path(cache_dir) / key
     made = None
     if not (target / "split.json").is_file():

@@ -142,8 +142,9 @@ def _dataset_of(
     df: DataFrame, name: str, source: str, spec: Mapping[str, Any], driver_rows: int
 ) -> Dataset:
     """The run's ``Dataset``: a driver copy of the events when small, else an empty frame whose
-    ``sha256`` is computed in Spark (row count and a sum of row hashes, order-free)."""
-    from pyspark.sql import functions as sf
+    ``sha256`` is computed in Spark: the in-process content hash (:func:`harness.hashing.
+    content_hash`), its row hashes summed per partition by the same numpy code."""
+    from harness.hashing import combine_partials, content_partials
 
     features = spec.get("item_features")
     side: dict[str, Any] = {}
@@ -159,9 +160,9 @@ def _dataset_of(
         with _quiet():
             return Dataset(name, _driver_copy(df), source, **side)
     dataset = Dataset(name, _empty(df), source, **side)
-    row = df.agg(sf.sum(sf.xxhash64(*df.columns).cast("decimal(38,0)"))).first()
-    # the cached_property, from Spark: row count and an order-free sum of row hashes
-    dataset.__dict__["sha256"] = f"spark:{n}:{row[0] if row else 0}"
+    partials = df.mapInPandas(content_partials, "rows long, s1 long, s2 long, kinds string")
+    # the cached_property, from Spark: the digest data_hash gives the same rows in-process
+    dataset.__dict__["sha256"] = combine_partials(tuple(r) for r in partials.collect())
     return dataset
 
 
