@@ -63,7 +63,7 @@ def test_items_outside_the_data_are_misses_and_join_the_catalog(spark: Any, tmp_
     assert outcome.info["items_outside_data"] == 1 and outcome.info["catalog_items"] == catalog
     assert outcome.notes == [
         "1 recommended item(s) are in no part of the split (training, validation, test), "
-        f"e.g. 'SKU 999': ranked as misses, and counted into the catalog of coverage and gini "
+        f"e.g. 'SKU 999': ranked as misses; counted into the catalog of coverage and gini "
         f"({catalog} items instead of the dataset's {catalog - 1})"
     ]
     # the lists keep the file's ids; the comparison (item buckets included) runs on them
