@@ -292,9 +292,12 @@ def _evaluate(
         outcome.info["candidates_unscored"] = unscored
         if score_names:
             outcome.info["auc_scope"] = "candidates"
+    if candidates is None and not _scores_catalog(model):  # lists from elsewhere: items outside?
+        listed = (outcome.recommendations if tied is None else tied)["item"]
+        catalog = _catalog_with(listed, split, catalog, outcome)
     t1, c1 = time.perf_counter(), time.process_time()
     outcome.peaks["rank"] = stage_log.peak_mb()
-    run = run.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
+    run = _in_truth_ids(run, qrels, split)
     rating = [n for n in suite.names if metrics.parse(n).definition.kind == "rating"]
     ranking = [n for n in suite.names if n not in rating]
     asked = [n for n in ranking if candidates is not None or n not in score_names] or ranking
@@ -304,7 +307,7 @@ def _evaluate(
         # scikit-learn do); metrics without a cutoff keep the k-item lists
         cut = [n for n in asked if metrics.parse(n).k is not None]
         if cut:
-            tied = tied.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
+            tied = _in_truth_ids(tied, qrels, split)
             whole = evaluate(
                 qrels, tied, cut, train=split.train, catalog=catalog, **suite.evaluate_options()
             )
@@ -312,7 +315,7 @@ def _evaluate(
     if auc_counts is not None:
         ev = _with_scores(ev, _catalog_scores(auc_counts, users, score_names, ev.options), ranking)
     elif candidates is None and score_names:
-        scored = scored.astype({"item": qrels["item"].dtype, "user": qrels["user"].dtype})
+        scored = _in_truth_ids(scored, qrels, split)
         top = evaluate(qrels, scored, score_names, **suite.evaluate_options())
         ev = _with_scores(ev, top, ranking)
     if rating:
@@ -333,6 +336,75 @@ def _evaluate(
     outcome.seconds |= {"rank": t1 - t0, "metrics": time.perf_counter() - t1}
     outcome.cpu |= {"rank": c1 - c0, "metrics": time.process_time() - c1}
     outcome.peaks["metrics"] = stage_log.peak_mb()
+
+
+def _split_items(split: Split) -> pd.Index:
+    """The distinct item ids of the split's parts (training, validation, test)."""
+    parts = [p["item"] for p in (split.train, split.valid, split.test) if p is not None]
+    return pd.Index(pd.unique(pd.concat(parts, ignore_index=True)))
+
+
+def _as_text(index: pd.Index) -> pd.Index:
+    """Ids as ``str`` (an integer id as its decimal text): how ids of two types compare."""
+    return pd.Index(index.astype(str).to_numpy(dtype=object))
+
+
+def outside_note(n_outside: int, example: object, size: int, catalog: int) -> str:
+    """The run's note on listed items in no part of the split (both engines say the same)."""
+    if size > catalog:
+        how = (
+            f"counted into the catalog of coverage and gini ({size:,} items instead of the "
+            f"dataset's {catalog:,})"
+        )
+    else:
+        how = (
+            f"the catalog of coverage and gini stays the dataset's {catalog:,} items (which "
+            "holds items of events the split dropped or filtered: they may be among them)"
+        )
+    return (
+        f"{n_outside:,} recommended item(s) are in no part of the split (training, validation, "
+        f"test), e.g. {example!r}: ranked as misses; {how}"
+    )
+
+
+def _catalog_with(items: pd.Series, split: Split, catalog: int, outcome: ModelOutcome) -> int:
+    """The catalog of ``coverage@k``/``gini@k`` for lists of ``items``: the dataset's
+    ``catalog`` items, joined by the listed items that no part of the split holds (a score
+    file's or a registry model's items outside the data: ranked as misses, never dropped). The
+    dataset's items outside the split's parts (only in dropped or filtered events) are known by
+    their count only and may be among them, so the size is ``max(catalog, |parts' items ∪
+    listed items|)``. Counted in ``outcome.info`` (``items_outside_data``, ``catalog_items``)
+    with a note; ids of two types (text and integers) compare as text."""
+    listed = pd.Index(pd.unique(items))
+    known = _split_items(split)
+    if pd.api.types.is_integer_dtype(known.dtype) != pd.api.types.is_integer_dtype(listed.dtype):
+        known, listed = _as_text(known), _as_text(listed)
+    outside = listed[known.get_indexer(listed) < 0]
+    if not len(outside):
+        return catalog
+    size = max(catalog, len(known) + len(outside))
+    outcome.info |= {"items_outside_data": len(outside), "catalog_items": size}
+    example = outside.min()  # the smallest: the Spark engine names the same one
+    example = example.item() if isinstance(example, np.generic) else example
+    outcome.notes.append(outside_note(len(outside), example, size, catalog))
+    return size
+
+
+def _in_truth_ids(run: pd.DataFrame, qrels: pd.DataFrame, split: Split) -> pd.DataFrame:
+    """``run`` with the truth's id dtypes. Text item ids against integer truth ids (a score
+    file with a non-integer id compares its ids as text, ``PrecomputedScores``): an id whose
+    text is that of an item of the split's parts becomes that item, any other (outside the
+    data) a distinct integer above every id of those parts: a miss, counted as one item."""
+    dtype = qrels["item"].dtype
+    item = run["item"]
+    if not pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_integer_dtype(item.dtype):
+        return run.astype({"item": dtype, "user": qrels["user"].dtype})
+    codes, uniques = pd.factorize(item)
+    known = _split_items(split)
+    at = _as_text(known).get_indexer(_as_text(pd.Index(uniques)))
+    above = max(int(known.max()) if len(known) else 0, 0) + np.cumsum(at < 0)
+    ids = np.where(at >= 0, known.to_numpy(dtype=np.int64)[np.maximum(at, 0)], above)
+    return run.assign(item=ids[codes]).astype({"item": dtype, "user": qrels["user"].dtype})
 
 
 def _rank_catalog(

@@ -54,6 +54,7 @@ from harness.experiment import (
     ModelOutcome,
     _model_info,
     _needs_features,
+    outside_note,
     save,
 )
 from harness.spark.candidates import build_candidates_spark
@@ -594,19 +595,6 @@ def _in_truth_items(lists: DataFrame, sp: SparkSplit, qrels: DataFrame) -> DataF
     )
 
 
-def _catalog_words(size: int, catalog: int) -> str:
-    """How the catalog of coverage and gini took the items outside the data (the note's end)."""
-    if size > catalog:
-        return (
-            f"counted into the catalog of coverage and gini ({size:,} items instead of the "
-            f"dataset's {catalog:,})"
-        )
-    return (
-        f"the catalog of coverage and gini stays the dataset's {catalog:,} items (which holds "
-        "items of events the split dropped or filtered: they may be among them)"
-    )
-
-
 def _catalog_with_spark(lists: DataFrame, sp: SparkSplit, catalog: int, outcome: Any) -> int:
     """The in-process ``harness.experiment._catalog_with`` on Spark: the catalog of
     ``coverage@k``/``gini@k`` for ``lists`` is ``max(catalog, |parts' items ∪ listed
@@ -631,10 +619,7 @@ def _catalog_with_spark(lists: DataFrame, sp: SparkSplit, catalog: int, outcome:
         return catalog
     size = max(catalog, known.count() + n_outside)
     outcome.info |= {"items_outside_data": n_outside, "catalog_items": size}
-    outcome.notes.append(
-        f"{n_outside:,} recommended item(s) are in no part of the split (training, "
-        f"validation, test), e.g. {example!r}: ranked as misses; " + _catalog_words(size, catalog)
-    )
+    outcome.notes.append(outside_note(n_outside, example, size, catalog))
     return size
 
 

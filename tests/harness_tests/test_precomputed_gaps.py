@@ -177,12 +177,6 @@ def expected_outside(frame: pd.DataFrame, split: Split, top: pd.DataFrame) -> di
 SUITE_A = MetricSuite(k=K, names=("precision@10", "coverage@10", "ndcg@10"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the harness/experiment.py change of /tmp/helpers/d5_experiment.diff "
-    "(catalog joined by listed items outside the data; text ids against integer ones); "
-    "remove this mark when it is applied",
-)
 @pytest.mark.parametrize("text", [True, False], ids=["text-file-ids", "int-file-ids"])
 def test_items_outside_the_data_are_misses_and_join_the_catalog(
     data, tmp_path: Path, text: bool
