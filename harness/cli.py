@@ -76,7 +76,7 @@ from harness.spark.pipeline import (
     split_spark,
 )
 from harness.split import check_usable, load_or_make_split, save_split, split_cache_key
-from harness.tracking import configure_http
+from harness.tracking import check_store_uri, configure_http
 
 EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
 register()  # the typed config schemas (harness/schema.py), before Hydra composes
@@ -363,6 +363,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     _active.clear()
     stage_log.quiet(bool(cfg.get("debug")))  # no third-party INFO lines unless debug=true
     if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri"):  # a bad value: exit 2 now
+        check_store_uri(str(cfg.tracking.uri))
         configure_http(cfg.tracking.get("retries"), cfg.tracking.get("timeout"))
     show = bool(cfg.get("progress", True))
     stages = stage_log.stages = stage_log.Stages(show=show)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["Tracker", "configure_http", "flatten", "git_state", "metric_key"]
+__all__ = ["Tracker", "check_store_uri", "configure_http", "flatten", "git_state", "metric_key"]
 
 _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_VALUE = 1000, 100, 6000
 #: MLflow 3's UI opens an experiment on its runs (not the GenAI overview) with this tag.
@@ -77,6 +77,22 @@ def git_state(where: str | Path = ".") -> dict[str, str]:
         "git.dirty": str(dirty).lower(),
         "mlflow.source.git.commit": commit,
     }
+
+
+def check_store_uri(uri: str) -> None:
+    """Refuse MLflow's filesystem store (``file:`` or a plain path) before a run, as the
+    installed MLflow would after it: it only writes there with ``MLFLOW_ALLOW_FILE_STORE``."""
+    scheme = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*):", uri)
+    if uri in ("databricks", "databricks-uc", "uc"):  # MLflow's names without a scheme
+        return
+    local = scheme is None or scheme.group(1).lower() == "file" or len(scheme.group(1)) == 1
+    allowed = os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("1", "true", "yes")
+    if local and not allowed:
+        raise ValueError(
+            f"tracking.uri {uri!r} is MLflow's filesystem store, which MLflow 3 refuses to write; "
+            "use a database store such as tracking.uri=sqlite:///runs/mlflow.db (or set "
+            "MLFLOW_ALLOW_FILE_STORE=true)"
+        )
 
 
 def configure_http(retries: int | None, timeout: float | None) -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from support import HarnessCli, MlflowServer
 
 import metrics
-from harness.tracking import Tracker, configure_http, flatten, metric_key
+from harness.tracking import Tracker, check_store_uri, configure_http, flatten, metric_key
 
 # MLflow's rule for metric and param names (mlflow.utils.validation, non-Windows), anchored.
 MLFLOW_KEY = re.compile(r"[\w\-./ :]+")
@@ -403,3 +403,34 @@ def test_cli_logs_to_a_real_tracking_server(
     pd.testing.assert_frame_equal(per_user, saved)
     # the server stored the artifacts under its --artifacts-destination
     assert list((tmp_path / "server" / "art").rglob("per_user.parquet"))
+
+
+@pytest.mark.parametrize(
+    "uri", ["file:///tmp/x/mlruns", "./mlruns", "mlruns", "/abs/mlruns", "C:/m"]
+)
+def test_a_filesystem_store_is_refused_before_the_run_as_mlflow_would_after_it(
+    uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The installed MLflow refuses to write a filesystem store unless MLFLOW_ALLOW_FILE_STORE
+    is set; the harness says so in one line before any work, and follows the same variable."""
+    import mlflow
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(ValueError, match=r"filesystem store.*sqlite:///"):
+        check_store_uri(uri)
+    real = (tmp_path / "mlruns").as_uri()
+    with pytest.raises(Exception, match="filesystem tracking backend"):  # MLflow itself
+        mlflow.MlflowClient(real).search_experiments()
+    for ok in ("sqlite:///runs/mlflow.db", "http://127.0.0.1:5000", "databricks"):
+        check_store_uri(ok)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    check_store_uri(uri)
+
+
+def test_the_cli_refuses_a_filesystem_store_before_any_work(
+    harness_cli: HarnessCli, tmp_path: Path
+) -> None:
+    proc = harness_cli.run(tmp_path, "tracking.uri=file:///tmp/mlruns", quick=True)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "filesystem store" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs" / "results").exists()
