@@ -429,6 +429,8 @@ def _relative_rule(
     if row is None:
         return result("inconclusive", nan, (nan, nan), _absent(pair, metric, segment))
     sign = 1.0 if bool(row.get("higher_is_better", True)) else -1.0
+    if sign < 0:  # the numbers below are oriented: say so where they are read
+        what += f" ({metric} is better lower: a fall reads +)"
     base, cand = _number(row, "mean_a"), _number(row, "mean_b")
     if math.isnan(base) or math.isnan(cand):
         who = pair.baseline if math.isnan(base) else pair.candidate

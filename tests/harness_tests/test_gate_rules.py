@@ -208,6 +208,7 @@ def test_statuses_against_the_bars() -> None:
     gini = row(metric="gini@10", higher_is_better=False)
     d = decide(pair(gini), GateSpec(guardrails=[{"metric": "gini@10", "margin": 0.05}]))
     assert d.rules[0].status == "fail" and d.rules[0].value == pytest.approx(-0.25)
+    assert "change (gini@10 is better lower: a fall reads +) -25.00%" in d.rules[0].reason
 
 
 def test_a_zero_baseline_is_judged_on_the_difference() -> None:
