@@ -58,6 +58,7 @@ __all__ = [
     "load_interactions_coded",
     "load_item_table",
     "normalize_ids",
+    "plain",
     "read_parquet_columns",
     "read_text_table",
     "remember_codes",
@@ -643,10 +644,15 @@ def _long_row(path: str | os.PathLike[str], sep: str, n_header: int) -> str:
     return f"some rows have more fields than the header ({n_header})"
 
 
+def plain(value: object) -> object:
+    """A numpy scalar as its Python value (``9``, not ``np.int64(9)``, in messages)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _show(value: object) -> str:
     if value is None or (isinstance(value, float | np.floating) and np.isnan(value)):
         return "null"
-    text = repr(value.item() if isinstance(value, np.generic) else value)
+    text = repr(plain(value))
     return text if len(text) <= 60 else text[:57] + "..."
 
 

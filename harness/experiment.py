@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -23,7 +24,7 @@ from tqdm.auto import tqdm
 
 import metrics
 from harness import progress as stage_log
-from harness.data import ITEM, id_codes, known_codes
+from harness.data import ITEM, id_codes, known_codes, plain
 from harness.datasets import Dataset
 from harness.models import (
     PAD_ITEM_INT,
@@ -338,10 +339,17 @@ def _evaluate(
     outcome.peaks["metrics"] = stage_log.peak_mb()
 
 
+_SPLIT_ITEMS: weakref.WeakKeyDictionary[Split, pd.Index] = weakref.WeakKeyDictionary()
+
+
 def _split_items(split: Split) -> pd.Index:
-    """The distinct item ids of the split's parts (training, validation, test)."""
-    parts = [p["item"] for p in (split.train, split.valid, split.test) if p is not None]
-    return pd.Index(pd.unique(pd.concat(parts, ignore_index=True)))
+    """The distinct item ids of the split's parts (training, validation, test), found once
+    per split (every model whose lists come from elsewhere asks)."""
+    items = _SPLIT_ITEMS.get(split)
+    if items is None:
+        parts = [p["item"] for p in (split.train, split.valid, split.test) if p is not None]
+        items = _SPLIT_ITEMS[split] = pd.Index(pd.unique(pd.concat(parts, ignore_index=True)))
+    return items
 
 
 def _as_text(index: pd.Index) -> pd.Index:
@@ -384,8 +392,7 @@ def _catalog_with(items: pd.Series, split: Split, catalog: int, outcome: ModelOu
         return catalog
     size = max(catalog, len(known) + len(outside))
     outcome.info |= {"items_outside_data": len(outside), "catalog_items": size}
-    example = outside.min()  # the smallest: the Spark engine names the same one
-    example = example.item() if isinstance(example, np.generic) else example
+    example = plain(outside.min())  # the smallest: the Spark engine names the same one
     outcome.notes.append(outside_note(len(outside), example, size, catalog))
     return size
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 import metrics
 from harness.compare.buckets import bucket_tables as _bucket_tables
-from harness.data import known_codes
+from harness.data import known_codes, plain
 from harness.experiment import ExperimentResult
 from metrics import stats
 from metrics.checks import require_choice, require_range
@@ -267,7 +267,7 @@ def paired_users(
     user_set = metrics.resolve_options(**dict(options or {})).user_set
     if user_set != "intersection":
         only = a.index.symmetric_difference(b.index)
-        example = _plain(only[0]) if len(only) else "(same users, different order)"
+        example = plain(only[0]) if len(only) else "(same users, different order)"
         raise ValueError(
             f"{baseline!r} and {candidate!r} were evaluated on different users "
             f"({len(only)} differ, e.g. {example!r}); compare models on the same split"
@@ -286,11 +286,6 @@ def paired_note(baseline: str, candidate: str, n_both: int, n_a: int, n_b: int) 
         f"{n_b:,} users of {candidate!r} (user_set=intersection evaluates a model only on the "
         "test users it gave a list)"
     )
-
-
-def _plain(value: object) -> object:
-    """A numpy scalar as the Python value (``9``, not ``np.int64(9)``, in messages)."""
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def compare_pair(

@@ -579,11 +579,9 @@ def _in_truth_items(lists: DataFrame, sp: SparkSplit, qrels: DataFrame) -> DataF
 
     if _id_kind(qrels, "item") != "bigint" or _id_kind(lists, "item") != "string":
         return lists
-    parts = [p for p in (sp.train, sp.valid, sp.test) if p is not None]
-    known = parts[0].select(sf.col("item").cast("bigint").alias("_id"))
-    for part in parts[1:]:
-        known = known.union(part.select(sf.col("item").cast("bigint").alias("_id")))
-    known = known.distinct().select(sf.col("_id").cast("string").alias("item"), "_id")
+    known = _split_items_spark(sp, "bigint").select(
+        sf.col("item").cast("string").alias("item"), sf.col("item").alias("_id")
+    )
     row = known.agg(sf.max("_id")).first()
     top = max(int(row[0]) if row is not None and row[0] is not None else 0, 0)
     outside = lists.select("item").distinct().join(known, "item", "left_anti")
@@ -593,6 +591,19 @@ def _in_truth_items(lists: DataFrame, sp: SparkSplit, qrels: DataFrame) -> DataF
     return lists.join(sf.broadcast(ids), "item", "left").select(
         "user", "rank", sf.col("_id").alias("item"), "score"
     )
+
+
+def _split_items_spark(sp: SparkSplit, kind: str) -> DataFrame:
+    """The distinct item ids of the split's parts (training, validation, test) as a column
+    ``item`` cast to ``kind``."""
+    from pyspark.sql import functions as sf
+
+    item = sf.col("item").cast(kind).alias("item")
+    parts = [p.select(item) for p in (sp.train, sp.valid, sp.test) if p is not None]
+    known = parts[0]
+    for part in parts[1:]:
+        known = known.union(part)
+    return known.distinct()
 
 
 def _catalog_with_spark(lists: DataFrame, sp: SparkSplit, catalog: int, outcome: Any) -> int:
@@ -607,12 +618,9 @@ def _catalog_with_spark(lists: DataFrame, sp: SparkSplit, catalog: int, outcome:
     parts = [p for p in (sp.train, sp.valid, sp.test) if p is not None]
     kinds = {_id_kind(p, "item") for p in [*parts, lists]}
     kind = "string" if "string" in kinds else "bigint"
-    item = sf.col("item").cast(kind).alias("item")
-    known = parts[0].select(item)
-    for part in parts[1:]:
-        known = known.union(part.select(item))
-    known = known.distinct()
-    outside = lists.select(item).distinct().join(known, "item", "left_anti")
+    known = _split_items_spark(sp, kind)
+    outside = lists.select(sf.col("item").cast(kind).alias("item")).distinct()
+    outside = outside.join(known, "item", "left_anti")
     row = outside.agg(sf.count(sf.lit(1)).alias("n"), sf.min("item").alias("example")).first()
     n_outside, example = (int(row["n"]), row["example"]) if row is not None else (0, None)
     if not n_outside:
