@@ -48,6 +48,7 @@ from harness.spark.io import _id_kind, _is_integer_type
 from harness.spark.session import _quiet
 from harness.spark.topk import topk_spark
 from metrics.checks import require_int, require_positive
+from metrics.sets import distinct, member
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -65,8 +66,10 @@ __all__ = [
     "plugin_topk",
     "popularity_auc_counts",
     "popularity_candidates",
+    "popularity_tied",
     "popularity_topk",
     "precomputed_candidates",
+    "precomputed_tied",
     "precomputed_topk",
     "seen_pairs",
 ]
@@ -222,6 +225,48 @@ def precomputed_topk(
     return _lists(table, wanted, seen, k)
 
 
+def _tied_of(rows: DataFrame, seen: DataFrame | None) -> DataFrame:
+    """The ``rows`` (user, item, score, ``_kth``: the user's k-th score) scoring at least
+    ``_kth``, ``seen`` pairs excluded, as (user, item, score, rank); ``rank`` is the model's
+    order (score descending, ties by ascending item id)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    rows = rows.filter(sf.col("score") >= sf.col("_kth"))
+    if seen is not None:
+        rows = rows.join(seen_pairs(seen), ["user", "item"], "left_anti")
+    order = Window.partitionBy("user").orderBy(sf.col("score").desc(), sf.col("item").asc())
+    return rows.select("user", "item", "score", sf.row_number().over(order).alias("rank"))
+
+
+def precomputed_tied(
+    spark: SparkSession,
+    scores: Any,
+    train: DataFrame,
+    kth: DataFrame,
+    *,
+    exclude_seen: bool = False,
+    columns: dict[str, str] | None = None,
+    fmt: str | None = None,
+) -> DataFrame:
+    """Each ``kth`` user's rows of a score table (as :func:`precomputed_topk` reads it) scoring
+    at least the user's k-th score ``_kth`` (user, item, score, rank: the model's order), in
+    one pass: every item tied with the k-th, for a tie rule other than the model's."""
+    from pyspark.sql import functions as sf
+
+    kinds = (_id_kind(train, "user"), _id_kind(train, "item"))
+    table = _score_table(spark, scores, columns, fmt, kinds)
+    user_type, item_type = table.schema["user"].dataType, table.schema["item"].dataType
+    kth = kth.select(sf.col("user").cast(user_type).alias("user"), "_kth")
+    seen = None
+    if exclude_seen:
+        seen = train.select(
+            sf.col("user").cast(user_type).alias("user"),
+            sf.col("item").cast(item_type).alias("item"),
+        )
+    return _tied_of(table.join(kth, "user"), seen)
+
+
 def precomputed_candidates(
     spark: SparkSession,
     scores: Any,
@@ -277,6 +322,19 @@ def popularity_topk(
         sf.broadcast(ranked), sf.col("_pop_rank") <= sf.col("_seen") + sf.lit(int(k))
     ).select("user", "item", "score")
     return _lists(prefix, wanted, train if exclude_seen else None, k)
+
+
+def popularity_tied(train: DataFrame, kth: DataFrame, *, exclude_seen: bool = True) -> DataFrame:
+    """Each ``kth`` user's items (as :func:`popularity_topk` ranks them) scoring at least the
+    user's k-th score ``_kth`` (user, item, score, rank: the model's order), in one pass:
+    every item tied with the k-th, for a tie rule other than the model's. The popularity table
+    (one row per item) is broadcast."""
+    from pyspark.sql import functions as sf
+
+    pairs = seen_pairs(train)
+    popularity = pairs.groupBy("item").agg(sf.count(sf.lit(1)).cast("double").alias("score"))
+    rows = kth.join(sf.broadcast(popularity), sf.col("score") >= sf.col("_kth"))
+    return _tied_of(rows, pairs if exclude_seen else None)
 
 
 def popularity_candidates(train: DataFrame, candidates: DataFrame) -> DataFrame:
@@ -339,17 +397,20 @@ class SparkALS:
         return als_topk(self, train, users, k)
 
 
-def als_topk(model: SparkALS, train: DataFrame, users: DataFrame, k: int) -> DataFrame:
+def als_topk(
+    model: SparkALS, train: DataFrame, users: DataFrame, k: int, fit: Any = None
+) -> DataFrame:
     """MLlib ALS fitted on the distinct training pairs; each user's top-``k`` unseen items.
 
     ``recommendForUserSubset`` gives ``k + s`` items per user (``s``: the largest seen count
     among the requested users, capped by the catalog) so that ``k`` remain after excluding seen
-    items. Users absent from training get no list (ALS has no factors for them).
+    items. Users absent from training get no list (ALS has no factors for them). ``fit``: a
+    fit of ``model`` on ``train`` already made (:func:`_als_fit`), reused (deeper lists).
     """
     from pyspark.sql import functions as sf
 
     require_int("k", k)
-    fitted, pairs, user_idx, item_idx = _als_fit(model, train)
+    fitted, pairs, user_idx, item_idx = fit if fit is not None else _als_fit(model, train)
     wanted = users.select("user").distinct().join(user_idx, "user")
     depth = k
     if model.exclude_seen:
@@ -483,7 +544,7 @@ def _seen_cells(ids: np.ndarray, seen: np.ndarray, n_seen: np.ndarray) -> np.nda
     span = max(len(uniques), 1)
     cells = np.repeat(np.arange(n, dtype=np.int64), w) * span + codes[: n * w]
     mine = np.repeat(np.arange(n, dtype=np.int64), n_seen) * span + codes[n * w :]
-    return np.isin(cells, mine).reshape(n, w)
+    return member(cells, mine).reshape(n, w)
 
 
 def plugin_topk(
@@ -804,7 +865,7 @@ def _pooled_popularity_wins(hist: pd.DataFrame, n_users: int, mine: pd.DataFrame
     and ``taken`` relevant-or-seen candidate rows of all users); ties count 1/2."""
     from harness.models.baselines import pooled_popularity_wins
 
-    values = np.union1d(hist["s"].to_numpy(np.int64), mine["s"].to_numpy(np.int64))
+    values = distinct(np.concatenate([hist["s"].to_numpy(np.int64), mine["s"].to_numpy(np.int64)]))
     catalog = hist.set_index("s")["n"].reindex(values, fill_value=0).to_numpy(np.int64)
     by_s = mine.set_index("s")
     pos = by_s["pos"].reindex(values, fill_value=0).to_numpy(np.int64)

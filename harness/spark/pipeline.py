@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -54,6 +54,7 @@ from harness.experiment import (
     ModelOutcome,
     _model_info,
     _needs_features,
+    model_order_holds,
     outside_note,
     save,
 )
@@ -228,39 +229,122 @@ def model_lists(
     """Each user's top-``k`` of a model on Spark, and how it was computed: popularity,
     precomputed scores (Parquet/CSV) and MLlib ALS natively; any other harness model fitted on
     the driver and scored per partition (:func:`harness.spark.models.plugin_topk`)."""
+    lists, how, _ = _model_ranking(
+        spark,
+        model,
+        train,
+        users,
+        k,
+        batch_users=batch_users,
+        fit_sample=fit_sample,
+        seed=seed,
+    )
+    return lists, how
+
+
+#: Rows (user, item, score, rank: the model's order) of the users of a (user, ``_kth``) table
+#: scoring at least their list's k-th score ``_kth`` (:func:`_tied_rows`).
+Ties = Callable[["DataFrame"], "DataFrame"]
+
+
+def _model_ranking(
+    spark: SparkSession,
+    model: Any,
+    train: DataFrame,
+    users: DataFrame,
+    k: int,
+    *,
+    batch_users: int = 4096,
+    fit_sample: float | None = None,
+    seed: int = 0,
+) -> tuple[DataFrame, str, Ties]:
+    """:func:`model_lists`, and how to fetch the items tied with each list's k-th score from
+    the same fit (a plug-in or ALS is fitted once): one pass over the scores for popularity
+    and a score table, deeper lists for the others (:func:`_deepened`)."""
     from harness.models import PopularityModel, PrecomputedScores
     from harness.spark.models import (
         SparkALS,
+        _als_fit,
+        als_topk,
         fit_plugin,
-        history,
-        plugin_topk,
+        popularity_tied,
         popularity_topk,
+        precomputed_tied,
         precomputed_topk,
     )
 
     if type(model) is PopularityModel:
-        return popularity_topk(train, users, k, exclude_seen=model.exclude_seen), "spark"
+        lists = popularity_topk(train, users, k, exclude_seen=model.exclude_seen)
+        ties = partial(popularity_tied, train, exclude_seen=model.exclude_seen)
+        return lists, "spark", ties
     if isinstance(model, SparkALS):
-        return model.topk(train, users, k), "spark_mllib"
+        fit = _als_fit(model, train)
+        als = partial(als_topk, model, train, fit=fit)
+        return als_topk(model, train, users, k, fit), "spark_mllib", partial(_deepened, als, k)
     if type(model) is PrecomputedScores and model._kind() != "trec":
-        lists = precomputed_topk(
-            spark,
-            model.path,
-            train,
-            users,
-            k,
-            exclude_seen=model.exclude_seen,
-            columns=dict(model.columns) or None,
-            fmt=model._kind(),
-        )
-        return lists, "spark"
+        how: dict[str, Any] = {
+            "exclude_seen": model.exclude_seen,
+            "columns": dict(model.columns) or None,
+            "fmt": model._kind(),
+        }
+        lists = precomputed_topk(spark, model.path, train, users, k, **how)
+        path = model.path
+        return lists, "spark", lambda kth: precomputed_tied(spark, path, train, kth, **how)
     fitted = fit_plugin(model, train, sample=fit_sample, seed=seed)
-    item_kind = _id_kind(train, "item")
-    seen = history(fitted, train, fit_sample)
-    lists = plugin_topk(
-        spark, fitted, users, k, item_kind=item_kind, batch_users=batch_users, seen=seen
+    deeper = _plugin_deeper(spark, fitted, train, batch_users=batch_users, fit_sample=fit_sample)
+    return deeper(users, k), "plugin", partial(_deepened, deeper, k)
+
+
+def _plugin_deeper(
+    spark: SparkSession,
+    fitted: Any,
+    train: DataFrame,
+    *,
+    batch_users: int,
+    fit_sample: float | None,
+) -> Callable[[DataFrame, int], DataFrame]:
+    """A fitted plug-in's top-``n`` lists of given users (:func:`harness.spark.models.
+    plugin_topk`, seen items as :func:`harness.spark.models.history` says), any ``n``."""
+    from harness.spark.models import history, plugin_topk
+
+    return partial(
+        plugin_topk,
+        spark,
+        fitted,
+        item_kind=_id_kind(train, "item"),
+        batch_users=batch_users,
+        seen=history(fitted, train, fit_sample),
     )
-    return lists, "plugin"
+
+
+def _deepened(
+    deeper: Callable[[DataFrame, int], DataFrame],
+    k: int,
+    kth: DataFrame,
+) -> DataFrame:
+    """The in-process ``_with_ties`` for the users of ``kth`` (user, ``_kth``): their lists
+    fetched again ``2k``, ``4k``, ... deep (``deeper(users, depth)``, the fitted model's),
+    only for the users whose list is still full and tied at its end, rows scoring at least
+    ``_kth`` kept (user, item, score, rank). Each round's rows and the users left are
+    checkpointed on the executors (``localCheckpoint``: the model scores each round once and
+    the plans stay one round deep; Spark's cleaner drops them once unreferenced)."""
+    from pyspark.sql import functions as sf
+
+    kept: list[DataFrame] = []
+    open_ = kth.select("user", "_kth").localCheckpoint()
+    depth = 2 * k
+    while open_.count():
+        rows = deeper(open_.select("user"), depth).join(open_, "user")
+        rows = rows.filter(sf.col("score") >= sf.col("_kth")).localCheckpoint()
+        full = rows.groupBy("user").agg(sf.max("rank").alias("_last"))
+        full = full.filter(sf.col("_last") == depth).select("user")
+        kept.append(rows.join(full, "user", "left_anti").select("user", "item", "score", "rank"))
+        open_ = open_.join(full, "user", "left_semi").localCheckpoint()
+        depth *= 2
+    tied = deeper(open_.select("user"), k).select("user", "item", "score", "rank")  # no rows
+    for more in kept:
+        tied = tied.unionByName(more)
+    return tied
 
 
 def _qrels_spark(test: DataFrame, suite: MetricSuite) -> DataFrame:
@@ -406,14 +490,19 @@ def run_models_spark(
     outcomes: dict[str, ModelOutcome] = {
         name: ModelOutcome(name, error=error) for name, error in (load_errors or {}).items()
     }
+    options = metrics.resolve_options(**opts)
+    # as in-process: a tie rule other than the models' needs the items tied with the k-th
+    holds = model_order_holds(options, _id_kind(qrels, "item") == "bigint")
     for name, model in models.items():
         outcome = ModelOutcome(name)
         topk_uri = _uri(base, name, "topk.parquet")
         per_user_uri = _uri(base, name, "per_user.parquet")
+        where = _uri(base, name, "parts")
         try:
             t0 = time.perf_counter()
             with _python_errors(), _quiet():
                 counted = None  # a plug-in's catalog AUC counts, from its ranking pass
+                tied = None  # lists with every item tied with the k-th, when the rule needs them
                 if mine is None and score_names and _plugin_scores_catalog(model):
                     lists, counted = _plugin_catalog_pass(
                         spark,
@@ -428,8 +517,12 @@ def run_models_spark(
                         seed=seed,
                     )
                     how = "plugin"
+                    deeper = _plugin_deeper(
+                        spark, model, sp.train, batch_users=batch_users, fit_sample=fit_sample
+                    )
+                    ties: Ties = partial(_deepened, deeper, suite.k)
                 elif mine is None:
-                    lists, how = model_lists(
+                    lists, how, ties = _model_ranking(
                         spark,
                         model,
                         sp.train,
@@ -455,12 +548,19 @@ def run_models_spark(
                     scored = spark.read.parquet(scored_uri)
                     # ties as the metrics order them (candidates sit in item order: input
                     # order is item order, as in-process)
-                    tie = metrics.resolve_options(**opts).tie_break
+                    tie = options.tie_break
                     lists = topk_spark(
-                        scored, suite.k, "item_desc" if tie == "item_desc" else "item_asc"
+                        scored,
+                        suite.k,
+                        "item_desc" if tie == "item_desc" else "item_asc",
+                        options.id_order if tie != "input_order" else "natural",
                     )
                     outcome.info["candidates_unscored"] = n_cand - scored.count()
                     outcome.info["scores_uri"] = scored_uri
+                if mine is None and not holds:
+                    tied_uri = _uri(where, "tied_rows.parquet")
+                    tied = _tied_rows(spark, lists, suite.k, ties, tied_uri)
+                    lists = _top_spark(tied, suite.k, options)
                 ranked = lists.select(
                     "user", sf.col("rank").cast("bigint").alias("rank"), "item", "score"
                 )
@@ -471,12 +571,15 @@ def run_models_spark(
             ranking = [n for n in suite.names if n not in rating and n not in no_features]
             parts: list[tuple[str, list[str]]] = []  # per-user tables to join: (uri, names)
 
-            where = _uri(base, name, "parts")
             evaluate = partial(_evaluate_part, spark, where, parts, buckets, opts)
             notes: list[str] = []
             by_score: metrics.Evaluation | None = None
-            if mine is None:
+            if mine is None and tied is None:
+                # the model's order is the ranking: scored by rank so no tie rule can reorder it
                 run = judged.select("user", "item", (-sf.col("rank")).cast("double").alias("score"))
+            elif mine is None:  # the k rows the rule chose, their real scores (and in its order)
+                run = _in_order(judged, options).select("user", "item", "score")
+            if mine is None:
                 asked = [n for n in ranking if n not in score_names] or ["num_rel"]
                 if score_names and _scores_catalog_spark(model):
                     outcome.info["auc_scope"] = "catalog"
@@ -494,9 +597,19 @@ def run_models_spark(
                     outcome.info["auc_scope"] = "candidates"
             listed = catalog  # coverage's and gini's catalog for these lists
             if mine is None and not _scores_catalog_spark(model):  # lists from elsewhere
-                listed = _catalog_with_spark(lists, sp, catalog, outcome)
+                listed = _catalog_with_spark(lists if tied is None else tied, sp, catalog, outcome)
             ev = evaluate(qrels, run, asked, "ranking", train=sp.train, catalog=listed, **side)
             summary = {n: ev.summary[n] for n in asked if n in suite.names}
+            cut = [n for n in asked if metrics.parse(n).k is not None]
+            if tied is not None and options.ndcg_ties == "average" and cut:
+                # tie groups averaged over their whole extent, past the k-th item (as
+                # torchmetrics and scikit-learn do); metrics without a cutoff keep the k rows
+                whole = _in_order(_in_truth_items(tied, sp, qrels), options)
+                whole = whole.select("user", "item", "score")
+                ev_whole = evaluate(
+                    qrels, whole, cut, "whole", train=sp.train, catalog=listed, **side
+                )
+                summary |= {n: ev_whole.summary[n] for n in cut if n in suite.names}
             counts = dict(ev.counts)
             if outcome.info.get("auc_scope") == "catalog":
                 by_score = _catalog_auc(
@@ -562,10 +675,53 @@ def run_models_spark(
         stage_log.stages.add_model(name, outcome.seconds)
     if mine is not None:
         mine.unpersist()
-    options = metrics.resolve_options(**opts).as_dict()
-    result = SparkExperimentResult(dataset, split, suite, outcomes, folder, options, tables=tables)
+    result = SparkExperimentResult(
+        dataset, split, suite, outcomes, folder, options.as_dict(), tables=tables
+    )
     save(result)
     return result
+
+
+def _tied_rows(spark: SparkSession, lists: DataFrame, k: int, ties: Ties, uri: str) -> DataFrame:
+    """The in-process ``_with_ties`` on Spark: rows (user, item, score, rank: the model's
+    order) of each user's list and, for a user whose list reaches ``k`` items, of every item
+    scoring at least its k-th score (``ties``), written to ``uri`` and read back."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as sf
+
+    columns = ("user", "item", "score", sf.col("rank").cast("int").alias("rank"))
+    lists = lists.select(*columns).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        kth = lists.filter(sf.col("rank") == k).select("user", sf.col("score").alias("_kth"))
+        rest = lists.join(kth, "user", "left_anti")
+        found = ties(kth).select(*columns)
+        rest.unionByName(found).write.mode("overwrite").parquet(uri)
+    finally:
+        lists.unpersist()
+    return spark.read.parquet(uri)
+
+
+def _top_spark(tied: DataFrame, k: int, options: metrics.Options) -> DataFrame:
+    """The in-process ``_top_of`` on Spark: each user's ``k`` rows of ``tied`` the metric
+    conventions put first (score descending, ties by ``tie_break`` with ids compared as
+    ``id_order`` says; ``input_order``: the model's order, the rows' order in-process), as
+    (user, rank, item, score)."""
+    from pyspark.sql import functions as sf
+
+    from harness.spark.topk import topk_spark
+
+    rows = tied.select("user", "item", "score", sf.col("rank").alias("_model_rank"))
+    rows = _in_order(rows, options, "_model_rank")
+    top = topk_spark(rows, k, options.tie_break, options.id_order)
+    return top.select("user", "rank", "item", "score")
+
+
+def _in_order(rows: DataFrame, options: metrics.Options, rank: str = "rank") -> DataFrame:
+    """``rows`` sorted by user and ``rank`` when the tie rule is the rows' order
+    (``input_order``: the metrics then follow that order, as in-process), else as they are."""
+    if options.tie_break != "input_order":
+        return rows
+    return rows.orderBy("user", rank)
 
 
 def _in_truth_items(lists: DataFrame, sp: SparkSplit, qrels: DataFrame) -> DataFrame:
