@@ -47,7 +47,6 @@ from harness.experiment import (
     Evaluator,
     ExperimentResult,
     MetricSuite,
-    model_order_holds,
     run_models,
 )
 from harness.folders import allocate, checkpoint, is_complete, mark_complete, run_info
@@ -298,23 +297,6 @@ def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
         spark.stop()
 
 
-def _check_spark_ties(cfg: DictConfig, cand_spec: CandidateSpec, suite: MetricSuite) -> None:
-    """``engine=spark`` ranks the full catalog in the models' order (ties by ascending item id)
-    and does not fetch the items tied with the k-th: a tie convention that needs them is a
-    config error before anything runs, not numbers that silently ignore it."""
-    engine = cfg.get("engine") or {}
-    if engine.get("name", "numpy") != "spark" or cand_spec.kind != "full":
-        return
-    options = metrics.resolve_options(**suite.evaluate_options())
-    if not model_order_holds(options, integer_ids=False):
-        raise ValueError(
-            f"metrics.options: tie_break={options.tie_break} / ndcg_ties={options.ndcg_ties} "
-            f"(preset {options.preset}) needs the items tied with each list's k-th, which "
-            "engine=spark does not fetch over the full catalog; use engine=numpy, or "
-            "metrics.options.tie_break=item_asc metrics.options.ndcg_ties=ordered"
-        )
-
-
 def spark_of(cfg: DictConfig) -> Any:
     """The SparkSession of ``engine=spark`` (getOrCreate: the one ``engine_of`` stops), else
     None."""
@@ -377,7 +359,6 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         read_labels(cspec.human_labels)
     warn_share = dropped_share_of(cfg)
     cand_spec = CandidateSpec(**_plain(cfg.get("candidates") or {"kind": "full"}))
-    _check_spark_ties(cfg, cand_spec, suite)
     models, load_errors = build_models(cfg, progress)
     spark = spark_of(cfg)  # engine=spark: load, split, models and metrics run on Spark
     events: Any = None  # engine=spark: the events and the split as Spark tables
