@@ -22,6 +22,7 @@ from harness.data import ITEM, USER, normalize_ids, read_text_table
 from harness.errors import DataError
 from harness.split import Split
 from metrics.checks import require_choice, require_int
+from metrics.sets import distinct, member
 
 __all__ = [
     "KINDS",
@@ -136,7 +137,7 @@ def sample_negatives(
     width = n_items + 1
     kpos = catalog.get_indexer(known[ITEM])
     kuser = pd.Index(users).get_indexer(known[USER]).astype(np.int64)
-    seen = np.unique(kuser[kpos >= 0] * width + kpos[kpos >= 0])
+    seen = distinct(kuser[kpos >= 0] * width + kpos[kpos >= 0])
     seen_user, seen_pos = seen // width, seen % width
     seen_count = np.bincount(seen_user, minlength=len(users)).astype(np.int64)
     seen_weight = np.bincount(seen_user, weights[seen_pos], minlength=len(users)).astype(np.int64)
@@ -155,7 +156,7 @@ def sample_negatives(
         owner = np.repeat(short, d)
         j = start[owner] + np.arange(owner.size) - np.repeat(np.cumsum(d) - d, d)
         pos = draw_positions(seed, user_hash[owner], j, cum)
-        fresh = ~np.isin(owner * width + pos, seen)
+        fresh = ~member(owner * width + pos, seen)
         got_u, got_p, got_j = _first_distinct(
             np.r_[got_u, owner[fresh]],
             np.r_[got_p, pos[fresh]],
@@ -166,7 +167,7 @@ def sample_negatives(
         start[short] += d
     full_u = np.repeat(np.flatnonzero(everything), n_items)
     full_p = np.tile(np.arange(n_items, dtype=np.int64), int(everything.sum()))
-    unseen = ~np.isin(full_u * width + full_p, seen)
+    unseen = ~member(full_u * width + full_p, seen)
     neg_u, neg_p = np.r_[got_u, full_u[unseen]], np.r_[got_p, full_p[unseen]]
     negatives = pd.DataFrame({USER: users[neg_u], ITEM: catalog.to_numpy()[neg_p]})
     positives = test[[USER, ITEM]].drop_duplicates()

@@ -17,6 +17,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from metrics.checks import require_columns, require_int
+from metrics.sets import distinct
 
 __all__ = [
     "GroupGap",
@@ -47,7 +48,7 @@ def coverage(recommended: np.ndarray, catalog_size: int) -> float:
     0.3
     """
     require_int("catalog_size", catalog_size)
-    return len(np.unique(recommended)) / catalog_size
+    return len(distinct(recommended)) / catalog_size
 
 
 def distributional_coverage(counts: np.ndarray) -> float:

@@ -23,6 +23,8 @@ import pyarrow.compute as pc
 from metrics.checks import require_columns, require_frame
 from metrics.judged import Judged, gain_of
 from metrics.options import Options
+from metrics.sets import distinct as sorted_distinct
+from metrics.sets import member
 from metrics.topk import PAD_KEY, top_k
 
 __all__ = ["Batch", "Prepared", "prepare", "validate_qrels", "validate_run"]
@@ -704,7 +706,7 @@ class Prepared:
             return np.sort(pd.unique(every))
         if every is not None:
             return np.asarray(pc.unique(every).to_numpy(zero_copy_only=False), object)
-        return self.item_ids(np.unique(self.run_items))
+        return self.item_ids(sorted_distinct(self.run_items))
 
 
 def prepare(
@@ -759,7 +761,8 @@ def prepare(
         if options.user_set == "truth":
             users = np.sort(q_users)
         else:
-            users = np.sort(np.intersect1d(q_users, group_ids))
+            known = sorted_distinct(q_users)
+            users = known[member(known, group_ids)]
         index = pd.Index(users)
         group_user = index.get_indexer(group_ids).astype(np.int64)
         q_code = index.get_indexer(q_user).astype(np.int64)

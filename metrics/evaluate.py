@@ -14,6 +14,7 @@ from metrics.engine import Batch, Prepared, batches, prepare
 from metrics.options import Options, resolve_options
 from metrics.reduce import BatchView, Finish, State, add_tables, merge_states
 from metrics.registry import MetricSpec, get, parse
+from metrics.sets import distinct
 from metrics.side import BeyondInputs
 
 __all__ = ["Evaluation", "State", "evaluate", "finish_state", "merge_states"]
@@ -146,7 +147,7 @@ class _Accumulator:
 
 def _catalog_size(catalog: Any, prep: Prepared, train: pd.DataFrame | None) -> int:
     if catalog is None:
-        parts = [prep.item_ids(np.unique(prep.truth_items)), prep.run_item_ids()]
+        parts = [prep.item_ids(distinct(prep.truth_items)), prep.run_item_ids()]
         if train is not None:
             parts.append(train["item"].to_numpy())
         return len(pd.unique(np.concatenate([np.asarray(p, dtype=object) for p in parts])))

@@ -15,6 +15,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from metrics.checks import require_columns, require_frame
+from metrics.sets import distinct
 
 __all__ = [
     "ItemSpace",
@@ -212,7 +213,7 @@ def _train_pairs(train: pd.DataFrame) -> tuple[pd.Index, pd.Index, np.ndarray, n
     """Distinct (user, item) pairs of ``train`` as codes: (users, items, user codes, item codes)."""
     u_codes, users = pd.factorize(train["user"])
     i_codes, items = pd.factorize(train["item"])
-    key = np.unique(u_codes.astype(np.int64) * len(items) + i_codes)
+    key = distinct(u_codes.astype(np.int64) * len(items) + i_codes)
     return pd.Index(users), pd.Index(items), key // len(items), key % len(items)
 
 

@@ -21,6 +21,7 @@ from harness.data import known_codes, plain
 from harness.experiment import ExperimentResult
 from metrics import stats
 from metrics.checks import require_choice, require_range
+from metrics.sets import member
 
 __all__ = [
     "CompareSpec",
@@ -486,7 +487,7 @@ def user_groups_of(spec: CompareSpec, result: ExperimentResult) -> pd.Series:
     if spec.user_groups == "activity":
         test_users = np.sort(result.split.test["user"].unique())
         cold = segment_data(result.split.train, test_users, spec).users["cold"]
-        return pd.Series(np.where(np.isin(test_users, cold), "cold", "warm"), index=test_users)
+        return pd.Series(np.where(member(test_users, cold), "cold", "warm"), index=test_users)
     from pathlib import Path
 
     from harness.data import normalize_ids, read_text_table

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from harness.data import ITEM, USER, id_codes, normalize_ids
 from harness.models.base import _id_array, _ranked_lists, _take_lists
 from harness.models.precomputed import _as_str, _common_ids, _lookup, _show
+from metrics.sets import distinct
 
 __all__ = ["MLflowModel"]
 
@@ -134,7 +135,7 @@ class MLflowModel:
         self._train_users = pd.Index(_id_array(users))
         self._train_items = _id_array(items)
         n_items = len(items)
-        self._seen_keys = np.unique(ucodes.astype(np.int64) * n_items + icodes)
+        self._seen_keys = distinct(ucodes.astype(np.int64) * n_items + icodes)
         self._n_seen = np.bincount(self._seen_keys // n_items, minlength=len(users))
 
     def recommend(
@@ -234,7 +235,7 @@ class MLflowModel:
             ids = normalized.astype(str).to_numpy(dtype=object)
         codes, _ = pd.factorize(ids)
         keys = owner.astype(np.int64) * (int(codes.max()) + 1) + codes
-        if np.unique(keys).size != keys.size:
+        if distinct(keys).size != keys.size:
             first = int(np.flatnonzero(pd.Series(keys).duplicated().to_numpy())[0])
             raise ValueError(
                 f"{self.uri}: predict returned a repeated (user, item) row, e.g. item "
