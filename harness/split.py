@@ -51,6 +51,7 @@ from harness.data import ITEM, TIMESTAMP, USER, IdCodes, known_codes, remember_c
 from harness.errors import DataError
 from harness.hashing import column_hash, content_hash, mix, row_hashes
 from metrics.checks import require_choice, require_columns, require_int, require_range
+from metrics.sets import distinct, member
 
 __all__ = [
     "FILTER_PARAMS",
@@ -74,7 +75,8 @@ __all__ = [
 ]
 
 UNSEEN_POLICIES: tuple[str, ...] = ("drop", "keep")
-_CACHE_VERSION = 3  # 2: random splits by a counter-based hash; 3: order-free data hash
+_CACHE_VERSION = 4  # 2: random splits by a counter-based hash; 3: order-free data hash;
+# 4: test and validation pairs already in training counted
 # methods whose ties (equal user, timestamp, item) go by input row: their key keeps that order
 _INPUT_ORDER_METHODS = frozenset({"leave_one_out", "user_time"})
 
@@ -462,7 +464,7 @@ def _tie_order(df: pd.DataFrame, coded: Mapping[str, IdCodes] | None = None) -> 
     repeated = ordered[1:][ordered[1:] == ordered[:-1]]
     if repeated.size == 0:
         return None
-    rows = np.flatnonzero(np.isin(key, repeated))
+    rows = np.flatnonzero(member(key, repeated))
     event = key[rows]
     by_event = np.lexsort((rows, event))  # each event's rows in input order
     event, rows = event[by_event], rows[by_event]
@@ -921,8 +923,28 @@ def _describe(
         stats[f"n_{part_name}_items"] = _nunique(part[ITEM])
         stats[f"{part_name}_time_min"] = int(ts.min()) if ts.size else None
         stats[f"{part_name}_time_max"] = int(ts.max()) if ts.size else None
+    for part_name, part in (("test", test), ("valid", valid)):
+        pairs, in_train = _pairs_in_train(train, part)
+        stats[f"n_{part_name}_pairs"] = pairs
+        stats[f"{part_name}_pairs_in_train"] = in_train
     stats.update(_leakage(train, test))
     return stats
+
+
+def _pairs_in_train(train: pd.DataFrame, part: pd.DataFrame | None) -> tuple[int, int]:
+    """Distinct (user, item) pairs of ``part`` and how many of them training holds too (a
+    repeated interaction): a model that excludes seen items can never hit those."""
+    if part is None or len(part) == 0:
+        return 0, 0
+    # one code per id over both parts (integer ids may be spread over 64 bits), then a pair key
+    codes = []
+    for column in (USER, ITEM):
+        joined = np.concatenate([train[column].to_numpy(), part[column].to_numpy()])
+        codes.append(pd.factorize(joined)[0].astype(np.int64))
+    n_items = int(codes[1].max()) + 1
+    key = codes[0] * n_items + codes[1]
+    mine = distinct(key[len(train) :])
+    return len(mine), int(member(mine, key[: len(train)]).sum())
 
 
 def _leakage(train: pd.DataFrame, test: pd.DataFrame) -> dict[str, float | None]:

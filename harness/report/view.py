@@ -275,6 +275,19 @@ def unseen_line(stats: Mapping[str, Any]) -> tuple[str, str] | None:
     return label, f"{'; '.join(out)}: user or item not in training (split.unseen={policy})"
 
 
+def seen_pairs_line(stats: Mapping[str, Any]) -> str | None:
+    """Test (user, item) pairs the user already had in training, when there are any: a model
+    that excludes seen items (the default) can never hit them."""
+    pairs, seen = stats.get("n_test_pairs"), stats.get("test_pairs_in_train")
+    if not finite(pairs, seen) or not seen:
+        return None
+    return (
+        f"{fmt_count(seen)} of {fmt_count(pairs)} test (user, item) pairs "
+        f"({fmt_share(seen, pairs)}) were already in the user's training history: models that "
+        "exclude seen items (the default) can never hit them"
+    )
+
+
 def filtered_line(stats: Mapping[str, Any]) -> str | None:
     """Training events/users/items removed by the interaction filters, when any were."""
     counts = [stats.get(f"train_filtered_{w}", 0) for w in ("events", "users", "items")]
@@ -289,6 +302,9 @@ def _facts(ctx: ReportContext) -> list[tuple[str, str]]:
     unseen = unseen_line(ctx.split_stats)
     if unseen is not None:
         facts.append(unseen)
+    seen = seen_pairs_line(ctx.split_stats)
+    if seen is not None:
+        facts.append(("Already in training", seen))
     filtered = filtered_line(ctx.split_stats)
     if filtered is not None:
         facts.append(("Filtered", filtered))

@@ -444,6 +444,27 @@ def _unseen_spark(
     return part, stats
 
 
+def _pairs_in_train_spark(train: DataFrame, part: DataFrame | None, name: str) -> dict[str, int]:
+    """:func:`harness.split._pairs_in_train` on Spark: ``part``'s distinct (user, item) pairs
+    and how many training holds too, in one join."""
+    from pyspark.sql import functions as sf
+
+    keys = (f"n_{name}_pairs", f"{name}_pairs_in_train")
+    if part is None:
+        return dict.fromkeys(keys, 0)
+    known = train.select("user", "item").distinct().withColumn("_in_train", sf.lit(1))
+    row = (
+        part.select("user", "item")
+        .distinct()
+        .join(known, ["user", "item"], "left")
+        .agg(sf.count(sf.lit(1)).alias("n"), sf.count("_in_train").alias("in_train"))
+        .first()
+    )
+    if row is None:  # an aggregate always returns one row
+        raise RuntimeError("Spark returned no row for an aggregate")
+    return {keys[0]: int(row["n"]), keys[1]: int(row["in_train"])}
+
+
 def _leakage_spark(
     train: DataFrame, test: DataFrame, n_train: int, n_test: int, first_test: int | None
 ) -> dict[str, Any]:
@@ -564,6 +585,8 @@ def apply_filters_spark(
             | {"valid_time_min": None, "valid_time_max": None}
         )
     stats["unseen_policy"] = unseen
+    for name, part in (("test", test), ("valid", valid)):
+        stats.update(_pairs_in_train_spark(train, part, name))
     stats.update(
         _leakage_spark(
             train, test, stats["n_train_events"], stats["n_test_events"], stats["test_time_min"]

@@ -785,6 +785,8 @@ def test_verdict_and_opening_lines_from_hand_made_stats(real: dict[str, Any]) ->
         "train_filtered_events": 3,
         "train_filtered_users": 1,
         "train_filtered_items": 0,
+        "n_test_pairs": 7,
+        "test_pairs_in_train": 2,
     }
     hand = dataclasses.replace(
         ctx, summary=summary, split_stats=stats, primary_metric="gini@10", split="global_time"
@@ -821,6 +823,10 @@ def test_verdict_and_opening_lines_from_hand_made_stats(real: dict[str, Any]) ->
         "0 of 2 validation users (0.0%) and 0 of 4 validation events (0.0%)"
     ) in head
     assert "Filtered: 3 events, 1 users, 0 items removed from training" in head
+    assert (
+        "Already in training: 2 of 7 test (user, item) pairs (28.6%) were already in the "
+        "user's training history: models that exclude seen items (the default) can never hit them"
+    ) in head
 
 
 def test_unseen_line_says_none_when_nothing_is_unseen() -> None:
@@ -845,3 +851,7 @@ def test_unseen_line_says_none_when_nothing_is_unseen() -> None:
         "training (split.unseen=drop)",
     )
     assert unseen_line({"n_test_users": 5}) is None  # no policy recorded: nothing to say
+    from harness.report.view import seen_pairs_line
+
+    assert seen_pairs_line({"n_test_pairs": 9, "test_pairs_in_train": 0}) is None
+    assert seen_pairs_line({}) is None  # a split cached before the count: nothing to say

@@ -233,6 +233,22 @@ def test_random_split_user_leakage_matches_a_direct_count() -> None:
     assert expected > 0.1  # a random holdout does leak the future
 
 
+@settings(max_examples=100, deadline=None)
+@given(df=interactions(), method_params=METHOD_PARAMS, text=st.booleans())
+def test_pairs_already_in_training_match_a_set_count(
+    df: pd.DataFrame, method_params: tuple[str, dict], text: bool
+) -> None:
+    method, params = method_params
+    if text:  # text ids are coded before counting: the same counts
+        df = df.assign(user="u" + df["user"].astype(str), item="i" + df["item"].astype(str))
+    split = make_split(df, method, kcore=2, unseen="keep", **params)
+    train = set(zip(split.train["user"], split.train["item"], strict=True))
+    for name, part in (("test", split.test), ("valid", split.valid)):
+        pairs = set() if part is None else set(zip(part["user"], part["item"], strict=True))
+        assert split.stats[f"n_{name}_pairs"] == len(pairs)
+        assert split.stats[f"{name}_pairs_in_train"] == len(pairs & train)
+
+
 # ------------------------------------------------------------------------ user time, random
 
 

@@ -133,6 +133,8 @@ def test_split_rows_and_stats_equal_the_in_process_split(
         assert want.stats["train_filtered_events"] > 0  # the filters do something here
     if method == "global_time":
         assert want.stats["test_unseen_events"] > 0
+    if method == "random":  # repeated interactions on both sides of the holdout
+        assert want.stats["test_pairs_in_train"] > 0
     if unseen == "drop" and want.stats["test_unseen_events"]:
         assert want.stats["test_dropped_events"] == want.stats["test_unseen_events"]
 
