@@ -936,13 +936,13 @@ def _pairs_in_train(train: pd.DataFrame, part: pd.DataFrame | None) -> tuple[int
     repeated interaction): a model that excludes seen items can never hit those."""
     if part is None or len(part) == 0:
         return 0, 0
-    # one code per id over both parts (integer ids may be spread over 64 bits), then a pair key
+    # ids (codes of text ids) shifted to start at 0, or factorized when spread over 64 bits
     codes = []
     for column in (USER, ITEM):
-        joined = np.concatenate([train[column].to_numpy(), part[column].to_numpy()])
-        codes.append(pd.factorize(joined)[0].astype(np.int64))
-    n_items = int(codes[1].max()) + 1
-    key = codes[0] * n_items + codes[1]
+        ids = np.concatenate([train[column].to_numpy(), part[column].to_numpy()])
+        low, high = int(ids.min()), int(ids.max())
+        codes.append(ids - low if high - low < 2**31 else pd.factorize(ids)[0].astype(np.int64))
+    key = codes[0] * (int(codes[1].max()) + 1) + codes[1]
     mine = distinct(key[len(train) :])
     return len(mine), int(member(mine, key[: len(train)]).sum())
 
