@@ -97,7 +97,23 @@ def draw_positions(
 def _first_distinct(
     u: np.ndarray, p: np.ndarray, j: np.ndarray, target: np.ndarray, width: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each user's first ``target`` distinct positions in draw order (the draws (u, p, j))."""
+    """Each user's first ``target`` distinct positions in draw order (the draws (u, p, j); a
+    user's draw numbers ``j`` are distinct)."""
+    span = int(j.max()) + 1 if j.size else 1
+    if u.size and (int(u.max()) + 1) * width * span < 2**62:
+        # sorted (user, position, draw) keys: each pair's first draw leads its run; then sorted
+        # (user, draw, position) keys: each user's distinct positions in draw order
+        key = np.sort((u * width + p) * span + j)
+        pair = key // span
+        lead = np.ones(key.size, bool)
+        np.not_equal(pair[1:], pair[:-1], out=lead[1:])
+        pair, draw = pair[lead], key[lead] % span
+        key = np.sort(((pair // width) * span + draw) * width + pair % width)
+        u, j, p = key // (span * width), key // width % span, key % width
+        starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
+        rank = np.arange(u.size) - np.repeat(starts, np.diff(np.r_[starts, u.size]))
+        keep = rank < target[u]
+        return u[keep], p[keep], j[keep]
     order = np.lexsort((j, u))
     u, p, j = u[order], p[order], j[order]
     _, first = np.unique(u * width + p, return_index=True)
@@ -171,11 +187,15 @@ def sample_negatives(
     neg_u, neg_p = np.r_[got_u, full_u[unseen]], np.r_[got_p, full_p[unseen]]
     negatives = pd.DataFrame({USER: users[neg_u], ITEM: catalog.to_numpy()[neg_p]})
     positives = test[[USER, ITEM]].drop_duplicates()
-    return (
-        pd.concat([positives, negatives], ignore_index=True)
-        .sort_values([USER, ITEM], kind="stable")
-        .reset_index(drop=True)
-    )
+    rows = pd.concat([positives, negatives], ignore_index=True)
+    # by (user, item): one sort of int keys, ids ranked among the (sorted) distinct ones
+    items = np.sort(pd.unique(np.concatenate([catalog.to_numpy(), positives[ITEM].to_numpy()])))
+    item_rank = np.r_[
+        pd.Index(items).get_indexer(positives[ITEM]), np.searchsorted(items, catalog)[neg_p]
+    ]
+    user_rank = np.r_[np.searchsorted(users, positives[USER].to_numpy()), neg_u]
+    order = np.argsort(user_rank.astype(np.int64) * len(items) + item_rank)
+    return rows.take(order).reset_index(drop=True)
 
 
 def _read_file(path: str) -> pd.DataFrame:
