@@ -453,7 +453,11 @@ def run_models_spark(
     model's run). Driver copies: see the module docstring.
 
     As in-process (:func:`harness.experiment._evaluate`): over the full catalog, lists are
-    ranked by the model's order (metrics score by rank) and score metrics (AUC family) are
+    ranked by the model's order (metrics score by rank) unless the metric conventions order
+    ties otherwise (``model_order_holds``): then every item tied with each list's k-th score is
+    fetched (:func:`_tied_rows`), the k rows the rule puts first are the lists, evaluated with
+    their real scores (``ndcg_ties=average``: cutoff metrics over the whole tied rows; listed
+    items outside the data counted from the tied rows); score metrics (AUC family) are
     computed over every unseen catalog item for a model that scores the catalog
     (``auc_scope=catalog``: popularity, plug-ins built on ``BaseRecommender._score``; see
     :func:`_catalog_auc`), else over each user's top-k list and its scores
