@@ -350,6 +350,10 @@ def _allowed(object_type: Any) -> list[str]:
     return []
 
 
+#: Schemas of list items, whose errors OmegaConf reports without the list's path.
+_LIST_ITEMS = {"GuardrailRule": "'gate.guardrails'"}
+
+
 def config_error(err: BaseException) -> str:
     """One line for a config that does not match its schema: the key, the group (and the
     option file) and the keys it takes; for any other composition error, its text on one line."""
@@ -368,6 +372,9 @@ def config_error(err: BaseException) -> str:
         typed = re.search(r"object_type=(\w+)", text)
         object_type = getattr(cause, "object_type", None) or (typed.group(1) if typed else None)
         allowed = _allowed(object_type)
+        type_name = getattr(object_type, "__name__", object_type)
+        if "." not in str(full_key) and type_name in _LIST_ITEMS:  # OmegaConf drops the path
+            group = f"an item of {_LIST_ITEMS[type_name]}"
         if ("ConfigKeyError" in text or type(cause).__name__ == "ConfigKeyError") and allowed:
             return (
                 f"unknown config key '{full_key}' in {group}{origin}; "
@@ -378,6 +385,8 @@ def config_error(err: BaseException) -> str:
         first = why[0] if why else lines[-1] if lines else type(cause).__name__
         if cause is not err and not why and str(cause).strip():
             first = str(cause).strip().splitlines()[0]
+        if "Cannot merge DictConfig with ListConfig" in first:
+            first = "it must be a list such as [{key: value}], not a mapping"
         return f"bad config value at '{full_key}' in {group}{origin}: {first}"
     text = text.split("Config search path:", 1)[0]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]

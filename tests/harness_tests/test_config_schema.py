@@ -121,8 +121,19 @@ def test_a_misspelled_key_in_a_guardrail_names_the_gate(tmp_path: Path) -> None:
     write_option(tmp_path, "gate", "default", "guardrails:\n  - {metric: ndcg@10, margn: 0.1}\n")
     text = composition_error(tmp_path, "gate")
     assert text == (
-        "unknown config key 'margn' in group 'gate' (gate/mine); it takes: "
+        "unknown config key 'margn' in an item of 'gate.guardrails' (gate/mine); it takes: "
         + ", ".join(names(GuardrailRule))
+    )
+
+
+def test_guardrail_mistakes_on_the_command_line_name_the_list(tmp_path: Path) -> None:
+    write_option(tmp_path, "gate", "default", "")
+    typo = composition_error(tmp_path, "gate", "gate.guardrails=[{metric: ndcg@10, margn: 0.1}]")
+    assert typo.startswith("unknown config key 'margn' in an item of 'gate.guardrails'; it takes")
+    mapping = composition_error(tmp_path, "gate", "gate.guardrails={metric: ndcg@10}")
+    assert mapping == (
+        "bad config value at 'gate.guardrails' in group 'gate': it must be a list "
+        "such as [{key: value}], not a mapping"
     )
 
 

@@ -540,3 +540,40 @@ def test_user_group_gap_is_reported_with_its_ci(harness, tmp_path: Path) -> None
         assert gap == pytest.approx(abs(even - odd), abs=5e-5), line
         assert low <= gap <= high
         assert f"even {even:.4f}" in line and f"odd {odd:.4f}" in line
+
+
+def test_a_segment_with_fewer_users_than_min_users_is_inconclusive_never_go() -> None:
+    # 4 cold users: the lift CI (10%..40%) would clear the bar, but 4 < gate.min_users (20)
+    spec = GateSpec(primary={"metric": "ndcg@10", "segment": "cold"}, gsb={"metric": "ndcg@10"})
+    few = pair(row("cold", n=4), row(n=4))
+    d = decide(few, spec)
+    assert [r.status for r in d.rules] == ["inconclusive", "inconclusive"]
+    assert d.decision == "INCONCLUSIVE"
+    assert d.rules[0].reason == (
+        "ndcg@10: only 4 users with a value for both models on 'cold' (fewer than "
+        "gate.min_users=20): too few for a sound interval"
+    )
+    assert d.rules[1].reason.startswith("ΔGSB: only 4 users")
+    # at the bar the rules are judged; min_users=1 judges any number of users
+    assert decide(pair(row("cold", n=20), row(n=20)), spec).decision == "GO"
+    assert decide(few, GateSpec(**{**spec.__dict__, "min_users": 1})).decision == "GO"
+    # a failing guardrail on too few users is inconclusive too (no decision on 3 users)
+    guard = GateSpec(guardrails=[{"metric": "recall@10", "segment": "cold", "margin": 0.05}])
+    bad = row("cold", "recall@10", n=3, lift=-0.5, lift_ci_low=-0.7, lift_ci_high=-0.3)
+    assert decide(pair(bad), guard).decision == "INCONCLUSIVE"
+    assert decide(pair({**bad, "n": 30}), guard).decision == "NO_GO"
+
+
+@pytest.mark.parametrize(
+    ("spec", "start"),
+    [
+        (
+            {"guardrails": [{"metric": "recall@10", "margin": -0.1}]},
+            "gate.guardrails[0].margin must",
+        ),
+        ({"gsb": {"metric": "ndcg@10", "min_delta": 2}}, "gate.gsb.min_delta must lie in [-1, 1]"),
+        ({"min_users": 0}, "'gate.min_users' must be"),
+    ],
+)
+def test_bars_out_of_range_are_refused(spec: dict, start: str) -> None:
+    assert one_line_error(spec).startswith(start)

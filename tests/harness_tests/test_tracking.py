@@ -434,3 +434,22 @@ def test_the_cli_refuses_a_filesystem_store_before_any_work(
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "filesystem store" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs" / "results").exists()
+
+
+def test_comparison_rows_keep_full_precision_and_null_non_finite() -> None:
+    """record.json / comparison.json rows: a tiny p-value stays itself (pandas' to_json kept 10
+    decimals, so 9.79e-14 read 0.0); NaN and infinities are null."""
+    import json
+
+    import numpy as np
+
+    from harness.record import _json_rows
+
+    table = pd.DataFrame(
+        {"metric": ["a", "b"], "p_t": [9.79e-14, np.nan], "n": [3, 4], "lift": [np.inf, 0.1]}
+    )
+    rows = json.loads(json.dumps(_json_rows(table)))
+    assert rows == [
+        {"metric": "a", "p_t": 9.79e-14, "n": 3, "lift": None},
+        {"metric": "b", "p_t": None, "n": 4, "lift": 0.1},
+    ]
