@@ -551,17 +551,36 @@ def _dictionary_stored(path: str | os.PathLike[str], schema: pa.Schema, column: 
 
 
 def _file_columns(path: str | os.PathLike[str], kind: str, source: str) -> list[str]:
+    """The file's column names (as pandas names them); a name given twice is a ``DataError``."""
     if kind == "parquet":
         names = _parquet_schema(path).names
+        _check_distinct(names, source, "the Parquet schema")
         return [n for n in names if not n.startswith("__index_level_")]
     check_text_file(path, kind, source)
+    sep = "\t" if kind == "tsv" else ","
     try:
-        header = pd.read_csv(path, sep="\t" if kind == "tsv" else ",", nrows=0)
+        header = pd.read_csv(path, sep=sep, nrows=0)
+        # pandas renames a repeated name ('user' -> 'user.1'): the header row as written
+        written = pd.read_csv(path, sep=sep, header=None, nrows=1, dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError as exc:
         raise DataError(f"{source}: empty file, no header row") from exc
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise DataError(f"{source}: cannot parse {kind.upper()}: {_first_line(exc)}") from exc
+    # blank header cells stay allowed: pandas names them 'Unnamed: <i>', one way only
+    _check_distinct([c for c in written.iloc[0].tolist() if c != ""], source, "the header")
     return [str(c) for c in header.columns]
+
+
+def _check_distinct(names: list[str], source: str, where: str) -> None:
+    """Refuse a column name given twice: which of the two columns it means is ambiguous."""
+    seen = pd.Series(names, dtype=object)
+    repeated = seen[seen.duplicated()]
+    if len(repeated):
+        name = repeated.iloc[0]
+        raise DataError(
+            f"{source}: column {name!r} appears {int((seen == name).sum())} times in {where}; "
+            f"each column needs its own name"
+        )
 
 
 def _first_line(exc: BaseException) -> str:
