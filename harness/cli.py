@@ -365,6 +365,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     spark_split: Any = None
     engine = cfg.get("engine") or {}
     driver_rows = int(engine.get("driver_rows") or 2_000_000)
+    checkpoint("load")
     with stages.stage("load", "loading the dataset"):
         if spark is None:
             dataset = load_dataset(_plain(cfg.dataset))
@@ -446,6 +447,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         result.candidates = cand_stats
         print(format_summary(result))
         # segments are evaluated by the same engine, so it stays open for the comparison
+        checkpoint("comparison", folder)
         with stages.stage("comparison", "comparing with the baseline (bootstrap, segments)"):
             pairs, decisions, overall, notes, verdict = _verdicts(result, cspec, gspec, evaluate)
     sizing = sizing_of(result, pairs, decisions, cspec, gspec)  # online A/B test sizing
@@ -492,6 +494,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         try:
             from harness.tracking import Tracker
 
+            checkpoint("logging")  # opening the store takes seconds before any run exists
             with stages.stage("logging", f"logging to MLflow ({cfg.tracking.uri})"):
                 tracker = Tracker(
                     str(cfg.tracking.uri), str(cfg.name), cfg.tracking.get("artifacts")
