@@ -519,7 +519,8 @@ def _joined(
     summary = ev.summary | other.summary
     per_user = ev.per_user.drop(columns=[n for n in names if n in ev.per_user.columns])
     per_user = per_user.join(other.per_user[names], how="left")
-    return replace(ev, summary={n: summary[n] for n in order}, per_user=per_user[order])
+    present = [n for n in order if n in summary]  # score metrics may join later
+    return replace(ev, summary={n: summary[n] for n in present}, per_user=per_user[present])
 
 
 def _with_scores(

@@ -56,10 +56,10 @@ def _naive(split, tie: str, average: bool) -> dict[str, float]:
     return {f"ndcg@{K}": float(np.mean(ndcg)), f"recall@{K}": float(np.mean(recall))}
 
 
-def _run(tmp_path: Path, options: dict, candidates: pd.DataFrame | None = None):
+def _run(tmp_path: Path, options: dict, candidates: pd.DataFrame | None = None, extra: tuple = ()):
     frame = _events()
     split = make_split(frame, "leave_one_out")
-    suite = MetricSuite(k=K, names=(f"ndcg@{K}", f"recall@{K}"), options=options)
+    suite = MetricSuite(k=K, names=(f"ndcg@{K}", f"recall@{K}", *extra), options=options)
     result = run_models(
         Dataset("t", frame, "t"),
         split,
@@ -100,6 +100,20 @@ def test_full_catalog_ties_follow_the_conventions(
         ranked = sorted((i for i in pop.index if i not in seen), key=lambda i: (-pop[i], sign * i))
         assert rows.sort_values("rank")["item"].tolist() == ranked[:K]
     assert _naive(split, "item_asc", False) != _naive(split, "item_desc", False)  # ties matter
+
+
+def test_average_ties_with_catalog_auc(tmp_path: Path) -> None:
+    """``ndcg_ties=average`` (the torchmetrics preset) with AUC over the catalog: the cutoff
+    metrics average whole tie groups and AUC is the one without the option (it failed with
+    KeyError 'auc' before: the averaged metrics were ordered with AUC not yet joined)."""
+    split, outcome = _run(tmp_path / "a", {"ndcg_ties": "average"}, extra=("auc",))
+    _, plain = _run(tmp_path / "b", {}, extra=("auc",))
+    got = outcome.evaluation.summary
+    assert got[f"ndcg@{K}"] == pytest.approx(
+        _naive(split, "item_asc", True)[f"ndcg@{K}"], abs=1e-12
+    )
+    assert got["auc"] == plain.evaluation.summary["auc"]
+    assert list(got) == [f"ndcg@{K}", f"recall@{K}", "auc"]
 
 
 def test_sampled_candidates_top_k_table_follows_tie_break(tmp_path: Path) -> None:
