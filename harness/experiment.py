@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -572,7 +573,12 @@ def run_models(
             outcome.seconds["fit"] = time.perf_counter() - t0
             outcome.cpu["fit"] = time.process_time() - c0
             outcome.peaks["fit"] = stage_log.peak_mb()
-            _evaluate(model, outcome, qrels, split, suite, catalog, candidates, evaluate)
+            caught: list[warnings.WarningMessage] = []
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    _evaluate(model, outcome, qrels, split, suite, catalog, candidates, evaluate)
+            finally:  # a model that failed still shows its warnings
+                _notes_of_warnings(caught, outcome)
         except Exception as err:
             outcome.error = f"{type(err).__name__}: {err}"
             (folder / name).mkdir(parents=True, exist_ok=True)
@@ -590,6 +596,30 @@ def run_models(
     result = ExperimentResult(dataset, split, suite, outcomes, folder, options)
     save(result)
     return result
+
+
+def missing_users_note(missing: int, requested: int, example: str) -> str:
+    """The run's note on test users a score file has no list for (D1: counted, now said)."""
+    return (
+        f"{missing:,} of {requested:,} test user(s) have no list in the score file, e.g. "
+        f"{example}: they are evaluated on an empty list (every relevant item a miss)"
+    )
+
+
+def _notes_of_warnings(caught: list[warnings.WarningMessage], outcome: ModelOutcome) -> None:
+    """A score file's missing users (:class:`MissingUsersWarning`) become one model note, not a
+    raw warning; any other warning caught while evaluating is shown again as it would have been."""
+    from harness.models.precomputed import MissingUsersWarning
+
+    said = False
+    for w in caught:
+        if isinstance(w.message, MissingUsersWarning):
+            if not said:  # ranked more than once (ties, AUC): one note
+                m = w.message
+                outcome.notes.append(missing_users_note(m.missing, m.requested, m.example))
+                said = True
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def _needs_features(suite: MetricSuite, dataset: Dataset) -> set[str]:

@@ -62,8 +62,9 @@ MEASURED_ALL = (
 )
 #: In the other segments (cold, heavy, head, tail): the lift and its CI.
 MEASURED_SEGMENT = ("lift", "lift_ci_low", "lift_ci_high")
-#: The comparison's settings, one value per pair: child run params.
-SETTINGS = ("confidence", "n_resamples")
+#: The comparison's settings, one value per pair: child run params, typed as in the config
+#: (the parent's ``compare.n_resamples`` is ``1000``, so the child's is too, not ``1000.0``).
+SETTINGS: dict[str, type] = {"confidence": float, "n_resamples": int}
 #: MLflow's own tags for where a run comes from (shown as "Source" and "User").
 SOURCE = {"mlflow.source.name": "python -m harness", "mlflow.source.type": "LOCAL"}
 
@@ -107,12 +108,86 @@ def _comparison_metrics(pair: PairComparison) -> dict[str, float]:
 def _comparison_settings(pair: PairComparison) -> dict[str, str]:
     """The comparison's settings (confidence, resamples) as params: one value per pair."""
     out = {"compare.baseline": pair.baseline, "compare.gsb_metric": pair.gsb_metric}
-    for stat in SETTINGS:
+    for stat, kind in SETTINGS.items():
         if stat in pair.table.columns and len(pair.table):
             values = pair.table[stat].dropna().unique()
             if len(values) == 1:
-                out[f"compare.{stat}"] = str(values[0])
+                out[f"compare.{stat}"] = str(kind(plain(values[0])))
     return out
+
+
+def _fairness_metrics(
+    result: ExperimentResult, pairs: Sequence[PairComparison], cspec: Any
+) -> dict[str, dict[str, float]]:
+    """Model → the user-group gap of the GSB metric (``compare.user_groups``) as metrics:
+    ``fairness.gap``, its CI and each group's mean, computed as the comparison's note does
+    (same groups, resamples, confidence and seed), for every model of a compared pair."""
+    if not cspec.user_groups or not pairs:
+        return {}
+    from harness.compare import user_groups_of
+    from metrics.beyond import group_gap
+
+    groups = user_groups_of(cspec, result)
+    out: dict[str, dict[str, float]] = {}
+    for pair in pairs:
+        for model in (pair.baseline, pair.candidate):
+            ev = result.outcomes[model].evaluation
+            if model in out or ev is None:
+                continue
+            try:
+                gap = group_gap(
+                    ev.per_user,
+                    groups,
+                    pair.gsb_metric,
+                    n_resamples=cspec.n_resamples,
+                    confidence=cspec.confidence,
+                    seed=cspec.seed,
+                )
+            except ValueError:  # the note says "not computed"
+                continue
+            out[model] = {
+                "fairness.gap": gap.gap,
+                "fairness.gap_ci_low": gap.ci[0],
+                "fairness.gap_ci_high": gap.ci[1],
+                **{f"fairness.group.{g}": m for g, m in gap.means.items()},
+                **{f"fairness.group_users.{g}": n for g, n in gap.sizes.items()},
+            }
+    return out
+
+
+def _sizing_metrics(
+    result: ExperimentResult,
+    pairs: Sequence[PairComparison],
+    decisions: Mapping[str, GateDecision],
+    cspec: Any,
+    gspec: Any,
+) -> dict[str, tuple[dict[str, float], str]]:
+    """Candidate → (the online A/B test sizing as metrics ``ab.*``, the sized metric), as the
+    console and report print it (:func:`harness.compare.sizing.sizing_of`); NaN (not
+    detectable, no ``compare.daily_users``) is left out."""
+    from harness.compare.sizing import sizing_of
+
+    sizing = sizing_of(result, pairs, decisions, cspec, gspec)
+    wanted = ("lift", "users_per_arm", "days", "lift_ci_low", "users_per_arm_ci_low", "days_ci_low")
+    return {
+        str(row["candidate"]): (
+            _finite({f"ab.{c}": row[c] for c in wanted}),
+            str(row["metric"]),
+        )
+        for row in sizing.to_dict(orient="records")
+    }
+
+
+def _specs_of(config: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    """The run's typed compare and gate specs from its resolved config (None: no comparison)."""
+    if not isinstance(config.get("compare"), Mapping):
+        return None
+    from omegaconf import OmegaConf
+
+    from harness.cli import compare_spec_of, gate_spec_of
+
+    cfg = OmegaConf.create(dict(config))
+    return compare_spec_of(cfg), gate_spec_of(cfg)
 
 
 def _json_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
@@ -236,6 +311,9 @@ def plan(
         for part, context in ((result.split.train, "training"), (result.split.test, "test"))
     ]
     options = {f"metrics.option.{k}": v for k, v in result.options.items()}
+    specs = _specs_of(config) if pairs else None
+    fairness = _fairness_metrics(result, pairs, specs[0]) if specs else {}
+    sizing = _sizing_metrics(result, pairs, decisions, *specs) if specs else {}
     children = []
     for name, outcome in result.outcomes.items():
         ev = outcome.evaluation
@@ -250,6 +328,12 @@ def plan(
             metrics |= _comparison_metrics(by_candidate[name])
             settings = _comparison_settings(by_candidate[name])
             comparison = _json_rows(by_candidate[name].table)
+        if name in fairness:
+            metrics |= fairness[name]
+            settings["fairness.metric"] = by_candidate.get(name, pairs[0]).gsb_metric
+        if name in sizing:
+            metrics |= sizing[name][0]
+            settings["ab.metric"] = sizing[name][1]
         decision = _decision_of(name, decisions, baseline, sanity)
         child_tags = {
             **tags,

@@ -40,11 +40,20 @@ from harness.models.base import (
     candidate_arrays,
 )
 
-__all__ = ["FORMATS", "PrecomputedScores"]
+__all__ = ["FORMATS", "MissingUsersWarning", "PrecomputedScores"]
 
 SCORE = "score"
 FORMATS: tuple[str, ...] = ("csv", "tsv", "parquet", "trec")
 _FIELDS: tuple[str, ...] = (USER, ITEM, SCORE)
+
+
+class MissingUsersWarning(UserWarning):
+    """Requested users with no list in the score file (they get all-padding rows): a warning
+    for library callers; the harness catches it and turns it into the model's run note."""
+
+    def __init__(self, message: str, missing: int, requested: int, example: str) -> None:
+        super().__init__(message)
+        self.missing, self.requested, self.example = missing, requested, example
 
 
 class PrecomputedScores(BaseRecommender):
@@ -285,12 +294,14 @@ class PrecomputedScores(BaseRecommender):
         self.stats_["users_without_list"] = n_missing
         if n_missing:
             example = _show(users[missing][0])
-            warnings.warn(
-                f"PrecomputedScores({self.path}): {n_missing} of {self.stats_['users_requested']} "
+            requested = self.stats_["users_requested"]
+            message = (
+                f"PrecomputedScores({self.path}): {n_missing} of {requested} "
                 f"requested user(s) have no list in the file, e.g. {example}; they get "
-                f"all-padding rows",
-                UserWarning,
-                stacklevel=3,
+                f"all-padding rows"
+            )
+            warnings.warn(
+                MissingUsersWarning(message, n_missing, requested, str(example)), stacklevel=3
             )
         lists = self._unseen_lists if exclude else self._lists
         positions, scores = _take_lists(*lists, codes, int(k))
