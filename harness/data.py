@@ -240,7 +240,7 @@ def load_interactions_coded(
     _check_policy(duplicates, source)
     _check_timestamp_format(timestamp_format, source)
 
-    found = _file_columns(path, kind, source)
+    found = file_columns(path, kind, source)
     missing = [name for name in REQUIRED_COLUMNS if mapping[name] not in found]
     if RATING in (columns or {}) and mapping[RATING] not in found:
         missing.append(RATING)
@@ -284,7 +284,7 @@ def load_item_table(
     """
     source = f"{path} (dataset.{kind})"
     fmt_kind = _detect_format(path, fmt)
-    found = _file_columns(path, fmt_kind, source)
+    found = file_columns(path, fmt_kind, source)
     if "item" not in found:
         raise DataError(f"{source}: missing column 'item'; columns found: {found}")
     if len(found) < 2:
@@ -550,7 +550,7 @@ def _dictionary_stored(path: str | os.PathLike[str], schema: pa.Schema, column: 
     return size < 4 * meta.num_rows
 
 
-def _file_columns(path: str | os.PathLike[str], kind: str, source: str) -> list[str]:
+def file_columns(path: str | os.PathLike[str], kind: str, source: str) -> list[str]:
     """The file's column names (as pandas names them); a name given twice is a ``DataError``."""
     if kind == "parquet":
         names = _parquet_schema(path).names
@@ -619,7 +619,7 @@ def read_text_table(
     """A CSV/TSV with every column as text, checked like interaction files (UTF-8 text, a
     header, no row longer than it); for other tables read by the harness (candidates)."""
     source = source or str(path)
-    found = _file_columns(path, kind, source)
+    found = file_columns(path, kind, source)
     return _read_text_table(path, kind, source, len(found))
 
 

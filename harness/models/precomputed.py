@@ -27,6 +27,7 @@ from harness.data import (
     ITEM,
     USER,
     IdCodes,
+    file_columns,
     normalize_ids,
     normalize_ids_coded_all,
     read_parquet_columns,
@@ -199,16 +200,9 @@ class PrecomputedScores(BaseRecommender):
 
             return read_trec_run(self.path)
         wanted = {name: self.columns.get(name, name) for name in _FIELDS}
-        if kind == "parquet":
-            import pyarrow.parquet as pq
-
-            found = [n for n in pq.ParquetFile(self.path).schema_arrow.names]
-        else:
-            sep = "\t" if kind == "tsv" else ","
-            try:
-                found = [str(c) for c in pd.read_csv(self.path, sep=sep, nrows=0).columns]
-            except pd.errors.EmptyDataError:
-                raise ValueError(f"{self.path}: empty file, no header row") from None
+        # the loader's header rules: a column named twice is ambiguous, an error
+        found = file_columns(self.path, kind, str(self.path))
+        sep = "\t" if kind == "tsv" else ","
         missing = [name for name in _FIELDS if wanted[name] not in found]
         if missing:
             raise ValueError(

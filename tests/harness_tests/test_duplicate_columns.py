@@ -104,3 +104,18 @@ def test_parquet_with_a_repeated_column_is_refused(tmp_path: Path) -> None:
         load_interactions(path)
     _refused(err, path, "user")
     assert "in the Parquet schema" in str(err.value)
+
+
+def test_score_file_repeating_a_column_is_refused(tmp_path: Path) -> None:
+    """A score file (model=precomputed) reads its header with the loader's rules."""
+    from harness.models import PrecomputedScores
+
+    events = load_interactions(
+        _write(tmp_path / "ok.csv", ",", ["user", "item", "timestamp"], [r[:3] for r in ROWS])
+    )
+    scores = _write(
+        tmp_path / "s.csv", ",", ["user", "item", "score", "user"], [("u0", "i1", 1, "x")]
+    )
+    with pytest.raises(DataError) as err:
+        PrecomputedScores(path=str(scores)).fit(events)
+    _refused(err, scores, "user")
