@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {sig: signal.signal(sig, _raise) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         configure_http(tracking.get("retries", 2), tracking.get("timeout", 60))
-        tracker = Tracker(str(uri), experiment, artifacts)
+        tracker = Tracker(str(uri), experiment, artifacts, quiet=True)  # one line, no traceback
         before = [
             r
             for r in tracker.find({FOLDER_TAG: the_plan["folder_id"]})

@@ -7,10 +7,12 @@ MLflow costs seconds, and a run with tracking disabled should not pay for it).
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import logging
 import os
 import re
+import sqlite3
 import subprocess
 import time
 import warnings
@@ -20,7 +22,15 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["Tracker", "check_store_uri", "configure_http", "flatten", "git_state", "metric_key"]
+__all__ = [
+    "BrokenStoreError",
+    "Tracker",
+    "check_store_uri",
+    "configure_http",
+    "flatten",
+    "git_state",
+    "metric_key",
+]
 
 _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_VALUE = 1000, 100, 6000
 #: MLflow 3's UI opens an experiment on its runs (not the GenAI overview) with this tag.
@@ -135,6 +145,80 @@ def _store_lock(uri: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+class BrokenStoreError(RuntimeError):
+    """A local sqlite store MLflow cannot open (its schema is not the one MLflow expects)."""
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The file of a local ``sqlite:///`` store URI (None for any other URI)."""
+    if not uri.startswith("sqlite:///") or "?" in uri:
+        return None
+    return Path(uri.removeprefix("sqlite:///"))
+
+
+def _create_store_atomically(db: Path) -> None:
+    """Create and migrate a new sqlite store at ``<db>.creating-<pid>``, then rename it to ``db``.
+
+    MLflow's migrations take seconds; cut off (disk full, a signal) they leave a half-migrated
+    store that every later run refuses. Built aside, a cut-off creation leaves no store, and its
+    leftover temporary file is removed by the next creation (called under :func:`_store_lock`).
+    """
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service.utils import _get_sqlalchemy_store
+
+    for left in db.parent.glob(f"{glob.escape(db.name)}.creating-*"):  # from a killed creation
+        left.unlink(missing_ok=True)
+    tmp = db.with_name(f"{db.name}.creating-{os.getpid()}")
+    tmp_uri = f"sqlite:///{tmp}"
+    try:
+        store = _get_sqlalchemy_store(tmp_uri, None)  # as MlflowClient would build it
+        SqlAlchemyStore._engine_map.pop(tmp_uri, None)
+        store.engine.dispose()  # close the file before it moves
+        os.replace(tmp, db)
+    finally:
+        for left in db.parent.glob(f"{glob.escape(tmp.name)}*"):  # a failed try, its journal
+            left.unlink(missing_ok=True)
+
+
+def _diagnose(db: Path, uri: str, err: Exception) -> BrokenStoreError | None:
+    """One line for a store MLflow refused because of its schema (None for another failure)."""
+    try:
+        with contextlib.closing(sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)) as c:
+            names = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            version = (
+                ", ".join(r[0] for r in c.execute("SELECT version_num FROM alembic_version"))
+                if "alembic_version" in names
+                else "none"
+            )
+    except sqlite3.Error:
+        return None
+    tmp = sorted(n for n in names if n.startswith("_alembic_tmp_"))
+    expected = re.search(r"but expected (\w+)", str(err))
+    wanted = f", MLflow expects {expected.group(1)}" if expected else ""
+    if tmp:
+        return BrokenStoreError(
+            f"the MLflow store {db} was left half-created or half-migrated by a run that was cut "
+            f"off (leftover table {tmp[0]}; schema version {version or 'none'}{wanted}); "
+            f"move it aside (mv {db} {db}.broken) and run again to start a new store"
+        )
+    if "out-of-date database schema" in str(err):
+        return BrokenStoreError(
+            f"the MLflow store {db} has schema version {version or 'none'}{wanted}: back it up "
+            f"and run 'mlflow db upgrade {uri}', or move it aside (mv {db} {db}.broken) and run "
+            "again to start a new store"
+        )
+    return None
+
+
+def _hush_mlflow() -> None:
+    """MLflow's loggers to CRITICAL: a failed write (disk full) makes ``mlflow.store.db.utils``
+    print tracebacks before the harness's own one-line error."""
+    logging.getLogger("mlflow").setLevel(logging.CRITICAL)
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("mlflow.") and isinstance(logger, logging.Logger) and logger.level:
+            logger.setLevel(logging.CRITICAL)
+
+
 def _quoted(value: str) -> str:
     """A string literal for an MLflow search filter (which has no escapes: pick the quote)."""
     text = str(value)
@@ -157,17 +241,37 @@ class Tracker:
     on a local store; with a server, the server's artifact destination applies.
     """
 
-    def __init__(self, uri: str, experiment: str, artifacts: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        artifacts: str | Path | None = None,
+        *,
+        quiet: bool | None = None,
+    ) -> None:
+        """``quiet`` silences MLflow's log lines below CRITICAL from here on; by default when
+        MLflow's logger is already at WARNING or above (the harness without ``debug=true``)."""
         import mlflow
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
+        if quiet if quiet is not None else logging.getLogger("mlflow").level >= logging.WARNING:
+            _hush_mlflow()
         self.uri = uri
         self._mlflow = mlflow
         #: Runs started and not yet finished: what :meth:`abort` ends.
         self.open_runs: list[str] = []
+        db = _sqlite_path(uri)
         with _store_lock(uri):  # first use creates the sqlite store: one process at a time
-            self.client = MlflowClient(tracking_uri=uri)
+            if db is not None and (not db.exists() or db.stat().st_size == 0):
+                _create_store_atomically(db)
+            try:
+                self.client = MlflowClient(tracking_uri=uri)
+            except Exception as err:
+                broken = _diagnose(db, uri, err) if db is not None and db.exists() else None
+                if broken is None:
+                    raise
+                raise broken from None
             for attempt in range(3):
                 found = self.client.get_experiment_by_name(experiment)
                 if found is not None:
