@@ -473,6 +473,8 @@ def _with_ties(model: Recommender, recs: pd.DataFrame, k: int) -> pd.DataFrame:
     rows = recs[["user", "item", "score"]]
     kth = recs.loc[recs["rank"] == k, ["user", "score"]]
     done, depth = [rows[~rows["user"].isin(kth["user"])]], 2 * k
+    stats = getattr(model, "stats_", None)
+    counts = dict(stats) if isinstance(stats, dict) else None  # of the ranking of every user
     while len(kth):
         deeper = _lists(model, kth["user"].to_numpy(), depth)
         bound = deeper["user"].map(pd.Series(kth["score"].to_numpy(), index=kth["user"]))
@@ -481,6 +483,8 @@ def _with_ties(model: Recommender, recs: pd.DataFrame, k: int) -> pd.DataFrame:
         open_ = last[last == depth].index  # ties may go on past this depth
         done.append(deeper.loc[~deeper["user"].isin(open_), ["user", "item", "score"]])
         kth, depth = kth[kth["user"].isin(open_)], 2 * depth
+    if counts is not None:  # a model's counts describe the lists, not the deeper fetches
+        model.stats_ = counts  # type: ignore[attr-defined]
     return pd.concat(done, ignore_index=True)
 
 

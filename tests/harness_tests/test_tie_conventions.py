@@ -156,3 +156,31 @@ def test_spark_applies_a_tie_rule_over_the_full_catalog_as_numpy(
             for run in (numpy_run, spark_run)
         ]
         pd.testing.assert_frame_equal(lists[1], lists[0], check_dtype=False)
+
+
+def test_a_score_files_counts_describe_the_lists_not_the_tie_fetches(tmp_path: Path) -> None:
+    """Fetching tied items asks the model again for a few users; the counts logged as
+    ``model.stats.*`` (users requested, users without a list) stay those of every test user."""
+    from harness.models import PrecomputedScores
+
+    frame = _events()
+    split = make_split(frame, "leave_one_out")
+    test_users = np.sort(split.test["user"].unique())
+    listed = test_users[:-3]  # the last 3 test users have no list in the file
+    scores = pd.DataFrame(
+        [(u, i, 1.0) for u in listed for i in range(12)], columns=["user", "item", "score"]
+    )
+    scores.to_csv(tmp_path / "s.csv", index=False)
+    suite = MetricSuite(k=K, names=(f"ndcg@{K}",), options={"tie_break": "item_desc"})
+    result = run_models(
+        Dataset("t", frame, "t"),
+        split,
+        {"file": PrecomputedScores(tmp_path / "s.csv")},
+        suite,
+        tmp_path / "run",
+        progress=False,
+    )
+    outcome = result.outcomes["file"]
+    assert outcome.ok, outcome.error
+    assert outcome.info["stats.users_requested"] == len(test_users)
+    assert outcome.info["stats.users_without_list"] == 3
