@@ -225,6 +225,54 @@ def precomputed_topk(
     return _lists(table, wanted, seen, k)
 
 
+def precomputed_stats(
+    spark: SparkSession,
+    scores: Any,
+    train: DataFrame,
+    users: DataFrame | None,
+    *,
+    columns: dict[str, str] | None = None,
+    fmt: str | None = None,
+) -> tuple[dict[str, int], object]:
+    """``PrecomputedScores.stats_`` of a score table on Spark: after ``fit`` (rows, users and
+    items in the file, those absent from training, rows that are training pairs) and, with
+    ``users`` (the users ranked), after ``recommend`` (users requested, users without a list);
+    and the smallest user without a list (None: none), as the in-process note names it."""
+    from pyspark.sql import functions as sf
+
+    kinds = (_id_kind(train, "user"), _id_kind(train, "item"))
+    table = _score_table(spark, scores, columns, fmt, kinds).cache()
+    utype, itype = table.schema["user"].dataType, table.schema["item"].dataType
+    known = train.select(
+        sf.col("user").cast(utype).alias("user"), sf.col("item").cast(itype).alias("item")
+    ).distinct()
+    file_users = table.select("user").distinct()
+    file_items = table.select("item").distinct()
+    stats = {
+        "rows": table.count(),
+        "users_in_file": file_users.count(),
+        "items_in_file": file_items.count(),
+        "users_not_in_train": file_users.join(known.select("user"), "user", "left_anti")
+        .distinct()
+        .count(),
+        "items_unknown": file_items.join(known.select("item"), "item", "left_anti")
+        .distinct()
+        .count(),
+        "rows_seen": table.join(known, ["user", "item"], "left_semi").count(),
+        "users_without_list": 0,
+    }
+    example = None
+    if users is not None:
+        wanted = users.select("user", sf.col("user").cast(utype).alias("_u")).distinct()
+        missing = wanted.join(file_users.withColumnRenamed("user", "_u"), "_u", "left_anti")
+        row = missing.agg(sf.count(sf.lit(1)).alias("n"), sf.min("user").alias("first")).first()
+        stats["users_requested"] = wanted.count()
+        stats["users_without_list"] = int(row["n"]) if row is not None else 0
+        example = row["first"] if row is not None and stats["users_without_list"] else None
+    table.unpersist()
+    return {k: int(v) for k, v in stats.items()}, example
+
+
 def _tied_of(rows: DataFrame, seen: DataFrame | None) -> DataFrame:
     """The ``rows`` (user, item, score, ``_kth``: the user's k-th score) scoring at least
     ``_kth``, ``seen`` pairs excluded, as (user, item, score, rank); ``rank`` is the model's

@@ -247,6 +247,28 @@ def model_lists(
 Ties = Callable[["DataFrame"], "DataFrame"]
 
 
+def _score_file_stats(
+    spark: SparkSession, model: Any, train: DataFrame, users: DataFrame | None, outcome: Any
+) -> None:
+    """A score file's counts as in process (``model.stats_``, logged as ``model.stats.*``) and
+    the note on test users it has no list for (``users``: the users ranked over the catalog)."""
+    from harness.experiment import missing_users_note
+    from harness.models import PrecomputedScores
+    from harness.models.precomputed import _show
+    from harness.spark.models import precomputed_stats
+
+    if type(model) is not PrecomputedScores or model._kind() == "trec":
+        return
+    columns = dict(model.columns) or None
+    stats, example = precomputed_stats(
+        spark, model.path, train, users, columns=columns, fmt=model._kind()
+    )
+    model.stats_ = stats
+    if example is not None:
+        missing, requested = stats["users_without_list"], stats["users_requested"]
+        outcome.notes.append(missing_users_note(missing, requested, _show(example)))
+
+
 def _model_ranking(
     spark: SparkSession,
     model: Any,
@@ -561,6 +583,8 @@ def run_models_spark(
                     )
                     outcome.info["candidates_unscored"] = n_cand - scored.count()
                     outcome.info["scores_uri"] = scored_uri
+                by_file = users if mine is None else None  # over the catalog: the users ranked
+                _score_file_stats(spark, model, sp.train, by_file, outcome)
                 if mine is None and not holds:
                     tied_uri = _uri(where, "tied_rows.parquet")
                     tied = _tied_rows(spark, lists, suite.k, ties, tied_uri)

@@ -23,6 +23,7 @@ from harness.spark.models import (
     fit_plugin,
     plugin_topk,
     popularity_topk,
+    precomputed_stats,
     precomputed_topk,
 )
 
@@ -91,10 +92,15 @@ def test_precomputed_equals_in_process(
     ).to_frame(index=False)
     grid = grid.sample(frac=0.7, random_state=1).reset_index(drop=True)
     grid["score"] = rng.integers(0, 4, len(grid)).astype(float)  # many ties
+    # a user and an item training does not know, for the file's counts
+    stranger = ("u950", "i990") if text_ids else (950, 990)
+    grid.loc[len(grid)] = [*stranger, 1.0]
     path = tmp_path / "scores.parquet"
     grid.to_parquet(path, index=False)
     users = requested(train, text_ids)
-    expected = in_process(PrecomputedScores(path, exclude_seen=exclude_seen), train, users)
+    model = PrecomputedScores(path, exclude_seen=exclude_seen)
+    with pytest.warns(UserWarning, match="have no list in the file"):
+        expected = in_process(model, train, users)
     got = precomputed_topk(
         spark,
         str(path),
@@ -104,6 +110,15 @@ def test_precomputed_equals_in_process(
         exclude_seen=exclude_seen,
     )
     same_lists(expected, collected(got))
+    # the file's counts (model.stats.* on the run) as in process, and the user the note names
+    stats, example = precomputed_stats(
+        spark, str(path), _frame(spark, train, "train"), users_frame(spark, users)
+    )
+    assert stats == model.stats_
+    missing = set(users) - set(grid["user"])
+    assert stats["users_without_list"] == len(missing) > 0
+    assert stats["users_not_in_train"] == stats["items_unknown"] == 1
+    assert example == min(missing)
 
 
 def test_precomputed_text_that_is_integers_and_bad_input(spark: Any, tmp_path: Path) -> None:

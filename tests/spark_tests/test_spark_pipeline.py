@@ -102,6 +102,11 @@ def test_engine_spark_file_dataset_equals_numpy_and_logs_table_uris(
         assert np.allclose(a.to_numpy(), b.to_numpy(), atol=TOL, rtol=0, equal_nan=True)
     verdict = [x for x in out_n.splitlines() if "gate" in x or "ΔGSB" in x]
     assert verdict and verdict == [x for x in out_s.splitlines() if "gate" in x or "ΔGSB" in x]
+    # the score file's counts (model.stats.*) and notes as in process (they were missing)
+    results = [json.loads((d / "precomputed" / "result.json").read_text()) for d in (dir_n, dir_s)]
+    stats = [{k: v for k, v in r["info"].items() if k.startswith("stats.")} for r in results]
+    assert stats[0]["stats.rows"] > 0 and stats[0] == stats[1]
+    assert results[0]["notes"] == results[1]["notes"]
 
     # the MLflow run of each model names its per-user table and holds it as an artifact
     client = mlflow.MlflowClient(f"sqlite:///{cwd_s / 'runs' / 'mlflow.db'}")
