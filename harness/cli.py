@@ -484,6 +484,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         verdict=verdict,
         headline=(gspec.primary.metric if gspec.primary else None) or cspec.gsb_metric,
         sanity=gspec.sanity,
+        sizing=sizing,
     )
     save_plan(the_plan, folder)
     (folder / "stages.json").write_text(json.dumps(stages.as_json(), indent=1))

@@ -161,13 +161,15 @@ def _sizing_metrics(
     decisions: Mapping[str, GateDecision],
     cspec: Any,
     gspec: Any,
+    sizing: pd.DataFrame | None = None,
 ) -> dict[str, tuple[dict[str, float], str]]:
     """Candidate → (the online A/B test sizing as metrics ``ab.*``, the sized metric), as the
     console and report print it (:func:`harness.compare.sizing.sizing_of`); NaN (not
     detectable, no ``compare.daily_users``) is left out."""
     from harness.compare.sizing import sizing_of
 
-    sizing = sizing_of(result, pairs, decisions, cspec, gspec)
+    if sizing is None:  # the run's own table when given (the console printed it)
+        sizing = sizing_of(result, pairs, decisions, cspec, gspec)
     wanted = ("lift", "users_per_arm", "days", "lift_ci_low", "users_per_arm_ci_low", "days_ci_low")
     return {
         str(row["candidate"]): (
@@ -261,6 +263,7 @@ def plan(
     verdict: str | None = None,
     headline: str | None = None,
     sanity: Sequence[str] = (),
+    sizing: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Everything :func:`replay` logs for one run, as JSON-ready plain data.
 
@@ -313,7 +316,7 @@ def plan(
     options = {f"metrics.option.{k}": v for k, v in result.options.items()}
     specs = _specs_of(config) if pairs else None
     fairness = _fairness_metrics(result, pairs, specs[0]) if specs else {}
-    sizing = _sizing_metrics(result, pairs, decisions, *specs) if specs else {}
+    by_sizing = _sizing_metrics(result, pairs, decisions, *specs, sizing) if specs else {}
     children = []
     for name, outcome in result.outcomes.items():
         ev = outcome.evaluation
@@ -331,9 +334,9 @@ def plan(
         if name in fairness:
             metrics |= fairness[name]
             settings["fairness.metric"] = by_candidate.get(name, pairs[0]).gsb_metric
-        if name in sizing:
-            metrics |= sizing[name][0]
-            settings["ab.metric"] = sizing[name][1]
+        if name in by_sizing:
+            metrics |= by_sizing[name][0]
+            settings["ab.metric"] = by_sizing[name][1]
         decision = _decision_of(name, decisions, baseline, sanity)
         child_tags = {
             **tags,
