@@ -47,6 +47,7 @@ from harness.experiment import (
     Evaluator,
     ExperimentResult,
     MetricSuite,
+    ModelOutcome,
     run_models,
 )
 from harness.folders import allocate, checkpoint, is_complete, mark_complete, run_info
@@ -66,6 +67,7 @@ from harness.models import Recommender, without_search_space
 from harness.promote import promote_run
 from harness.record import job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
+from harness.resume import check_folder, finished, resume
 from harness.schema import config_error, one_line_config_errors, register, share_config_store
 from harness.spark.pipeline import (
     build_candidates_spark,
@@ -360,6 +362,10 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     warn_share = dropped_share_of(cfg)
     cand_spec = CandidateSpec(**_plain(cfg.get("candidates") or {"kind": "full"}))
     models, load_errors = build_models(cfg, progress)
+    resume_spec = str(cfg.resume) if cfg.get("resume") else None
+    check_folder(resume_spec)  # a folder that cannot be resumed: exit 2 before the data is read
+    if resume_spec and (cfg.get("engine") or {}).get("name", "numpy") == "spark":
+        raise ValueError("resume: engine=spark runs cannot be resumed yet; run without resume")
     spark = spark_of(cfg)  # engine=spark: load, split, models and metrics run on Spark
     events: Any = None  # engine=spark: the events and the split as Spark tables
     spark_split: Any = None
@@ -397,7 +403,16 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         save_split(split, runs_dir / "splits", key, dataset.sha256)
     if spark is None:  # the split's parts hold what the run reads: the events' memory goes
         dataset = dataset.released(split.stats)
-    folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
+    reused: dict[str, ModelOutcome] = {}
+    if resume_spec:  # the interrupted run's folder and the models it finished
+        taken = resume(resume_spec, runs_dir, str(cfg.name), key, _plain(cfg))
+        folder, reused = taken.folder, taken.reused
+        stages.say(
+            f"… resuming {folder}: {len(reused)} finished model(s) reused"
+            + (f" ({', '.join(reused)})" if reused else "")
+        )
+    else:
+        folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
     _active["folder"] = folder
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if tuning is not None:
@@ -424,6 +439,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
                 candidates=candidates,
                 load_errors=load_errors,
                 evaluate=evaluate,
+                reused=reused,
             )
         else:
             result = run_models_spark(
@@ -590,16 +606,26 @@ def _stop(signum: int) -> NoReturn:
         with suppress(OSError):
             folders.mark_incomplete(folder, stage, f"interrupted by {name}")
         parts.append(f"results folder {folder} is marked INCOMPLETE")
+        parts.append(_resume_hint(folder))
     print("error: " + "; ".join(parts), file=sys.stderr, flush=True)
     sys.exit(code)
 
 
+def _resume_hint(folder: Path) -> str:
+    """How to finish an INCOMPLETE run without losing what it computed."""
+    done = finished(folder)
+    kept = f"{len(done)} finished model(s) kept ({', '.join(done)})" if done else "none finished"
+    return f"{kept}; finish it with the same command and resume={folder}"
+
+
 def _failed(reason: str) -> None:
-    """Say in the run's unfinished results folder (if any) why it stopped."""
+    """Say in the run's unfinished results folder (if any) why it stopped, and how to resume."""
     folder = _active.get("folder")
     if folder is not None and not is_complete(folder):
         with suppress(OSError):
             folders.mark_incomplete(folder, folders.current["stage"], f"failed: {reason}")
+        if finished(folder):
+            print(f"note: results folder {folder}: {_resume_hint(folder)}", file=sys.stderr)
 
 
 def _os_error(err: OSError, runs_dir: str) -> str:

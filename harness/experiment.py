@@ -27,6 +27,7 @@ import metrics
 from harness import progress as stage_log
 from harness.data import ITEM, id_codes, known_codes, plain
 from harness.datasets import Dataset
+from harness.folders import checkpoint
 from harness.models import (
     PAD_ITEM_INT,
     PAD_ITEM_OBJECT,
@@ -39,7 +40,15 @@ from metrics.checks import require_choice, require_int
 #: A metric engine: ``metrics.evaluate`` or one with the same signature and results.
 Evaluator = Callable[..., metrics.Evaluation]
 
-__all__ = ["ExperimentResult", "MetricSuite", "ModelOutcome", "qrels_from_test", "run_models"]
+__all__ = [
+    "ExperimentResult",
+    "MetricSuite",
+    "ModelOutcome",
+    "load_model",
+    "qrels_from_test",
+    "run_models",
+    "save_model",
+]
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,7 @@ class ModelOutcome:
     peaks: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    saved: bool = False  # its files are in the results folder (save_model)
 
     @property
     def ok(self) -> bool:
@@ -549,12 +559,15 @@ def run_models(
     candidates: pd.DataFrame | None = None,
     load_errors: Mapping[str, str] | None = None,
     evaluate: Evaluator = metrics.evaluate,
+    reused: Mapping[str, ModelOutcome] | None = None,
 ) -> ExperimentResult:
-    """Fit, rank and evaluate every model on ``split``; write results under ``folder``.
+    """Fit, rank and evaluate every model on ``split``; write results under ``folder``, each
+    model's as soon as it is done.
 
     ``candidates`` (user, item) restricts ranking to given items per user (default: the full
     catalog); ``load_errors`` names models that could not even be built, recorded as failed;
-    ``evaluate`` is the metric engine (``metrics.evaluate``, or the Spark engine's equivalent).
+    ``evaluate`` is the metric engine (``metrics.evaluate``, or the Spark engine's equivalent);
+    ``reused``: outcomes of models an interrupted run finished (:func:`load_model`), not rerun.
     """
     qrels = qrels_from_test(split.test, suite)
     catalog = dataset.distinct(ITEM, split.stats) or 0
@@ -570,7 +583,12 @@ def run_models(
     bar = tqdm(models.items(), desc="models", unit="model", disable=not progress)
     for name, model in bar:
         bar.set_postfix_str(name)
+        if name in (reused or {}):  # finished by the interrupted run this one resumes
+            outcomes[name] = reused[name]  # type: ignore[index]
+            stage_log.stages.say(f"  model {name}: reused from the interrupted run")
+            continue
         outcome = ModelOutcome(name)
+        checkpoint(f"model {name}", folder)  # the stage INCOMPLETE names, should the run stop
         try:
             t0, c0 = time.perf_counter(), time.process_time()
             model.fit(split.train)
@@ -594,6 +612,7 @@ def run_models(
                 "(set dataset.item_features)"
             )
         outcomes[name] = outcome
+        save_model(folder, outcome)  # now: an interruption keeps the models already run
         # a status line and the stage table
         stage_log.stages.add_model(name, outcome.seconds, outcome.cpu, outcome.peaks)
     options = metrics.resolve_options(**suite.evaluate_options()).as_dict()
@@ -666,30 +685,73 @@ def _model_info(model: Recommender) -> dict[str, Any]:
     return info
 
 
+def save_model(folder: Path, outcome: ModelOutcome) -> None:
+    """Write one model's per-user metrics, top-k lists and ``result.json`` (last, atomically:
+    its presence says the others are whole), so a run interrupted later keeps them."""
+    sub = folder / outcome.name
+    sub.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {
+        "model": outcome.name,
+        "ok": outcome.ok,
+        "error": outcome.error,
+        "seconds": outcome.seconds,
+        "cpu": outcome.cpu,
+        "peaks": outcome.peaks,
+        "info": outcome.info,
+        "notes": outcome.notes,
+    }
+    written = "per_user_uri" in outcome.info  # engine=spark: Spark wrote both tables
+    if outcome.evaluation is not None:
+        if not written:
+            outcome.evaluation.per_user.to_parquet(sub / "per_user.parquet")
+        info["summary"] = outcome.evaluation.summary
+        info["counts"] = outcome.evaluation.counts
+        info["options"] = outcome.evaluation.options
+    if outcome.recommendations is not None and not written:
+        outcome.recommendations.to_parquet(sub / "topk.parquet", index=False)
+    tmp = sub / ".result.json.tmp"
+    tmp.write_text(json.dumps(info, indent=2, default=str))
+    tmp.replace(sub / "result.json")
+    outcome.saved = True
+
+
+def load_model(folder: Path, name: str) -> ModelOutcome | None:
+    """The outcome :func:`save_model` wrote for ``name`` in ``folder``, or None when the model
+    did not finish there (no ``result.json``, failed, or its tables were written by Spark)."""
+    sub = folder / name
+    try:
+        info = json.loads((sub / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not info.get("ok") or "summary" not in info or "per_user_uri" in info.get("info", {}):
+        return None
+    evaluation = metrics.Evaluation(
+        {k: float(v) for k, v in info["summary"].items()},
+        pd.read_parquet(sub / "per_user.parquet"),
+        dict(info.get("options") or {}),
+        dict(info.get("counts") or {}),
+    )
+    recs = pd.read_parquet(sub / "topk.parquet") if (sub / "topk.parquet").exists() else None
+    return ModelOutcome(
+        name,
+        evaluation,
+        recs,
+        seconds=dict(info.get("seconds") or {}),
+        cpu=dict(info.get("cpu") or {}),
+        peaks=dict(info.get("peaks") or {}),
+        info=dict(info.get("info") or {}),
+        notes=list(info.get("notes") or []),
+        saved=True,
+    )
+
+
 def save(result: ExperimentResult) -> None:
-    """Write the summary, split stats and each model's per-user metrics and top-k lists."""
+    """Write the summary, split stats, metric options and each model not yet saved."""
     folder = result.folder
     folder.mkdir(parents=True, exist_ok=True)
     result.table().to_csv(folder / "summary.csv", index_label="model")
     (folder / "split_stats.json").write_text(json.dumps(result.split.stats, indent=2, default=str))
     (folder / "metric_options.json").write_text(json.dumps(result.options, indent=2))
-    for name, outcome in result.outcomes.items():
-        sub = folder / name
-        sub.mkdir(parents=True, exist_ok=True)
-        info: dict[str, Any] = {
-            "model": name,
-            "ok": outcome.ok,
-            "error": outcome.error,
-            "seconds": outcome.seconds,
-            "info": outcome.info,
-            "notes": outcome.notes,
-        }
-        written = "per_user_uri" in outcome.info  # engine=spark: Spark wrote both tables
-        if outcome.evaluation is not None:
-            if not written:
-                outcome.evaluation.per_user.to_parquet(sub / "per_user.parquet")
-            info["summary"] = outcome.evaluation.summary
-            info["counts"] = outcome.evaluation.counts
-        if outcome.recommendations is not None and not written:
-            outcome.recommendations.to_parquet(sub / "topk.parquet", index=False)
-        (sub / "result.json").write_text(json.dumps(info, indent=2, default=str))
+    for outcome in result.outcomes.values():
+        if not outcome.saved:
+            save_model(folder, outcome)

@@ -230,6 +230,7 @@ class Config:
     runs_dir: str = "runs"
     progress: bool = True
     warn_dropped_share: float = 0.5
+    resume: Optional[str] = None  # noqa: UP045
     dataset: Any = None
     split: Any = None
     model: Any = None

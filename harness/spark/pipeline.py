@@ -57,6 +57,7 @@ from harness.experiment import (
     model_order_holds,
     outside_note,
     save,
+    save_model,
 )
 from harness.spark.candidates import build_candidates_spark
 from harness.spark.io import _frame, _id_kind
@@ -700,6 +701,7 @@ def run_models_spark(
             (folder / name / "error.txt").write_text(traceback.format_exc())
         outcome.info |= _model_info(model)
         outcomes[name] = outcome
+        save_model(folder, outcome)  # now: an interruption keeps the models already run
         stage_log.stages.add_model(name, outcome.seconds)
     if mine is not None:
         mine.unpersist()

@@ -1,0 +1,158 @@
+"""Resuming an interrupted run: its results folder, and the models it finished, are reused.
+
+``resume=FOLDER`` picks up an INCOMPLETE results folder; ``resume=last`` the newest one of the
+experiment whose config is this run's. The data and split must be the same (the split key of
+``run.json``) and so must every setting that shapes the numbers; only ``model`` may differ: a model
+whose config is unchanged and that finished is reused, the others (new, changed, failed or cut
+off) run again. Progress bars, ``debug`` and ``tracking`` may differ too.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.experiment import ModelOutcome, load_model
+from harness.folders import INCOMPLETE, RUN_INFO, is_complete, run_info, safe_component
+
+__all__ = ["Resumed", "check_folder", "finished", "resume"]
+
+#: Keys that do not change a run's numbers, so a resumed run may set them differently.
+_FREE = ("resume", "progress", "debug", "tracking")
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The folder taken over and the finished models found in it."""
+
+    folder: Path
+    reused: dict[str, ModelOutcome]
+
+
+def finished(folder: Path) -> list[str]:
+    """The models of ``folder`` whose results are whole (their ``result.json`` says ok)."""
+    names = []
+    for path in sorted(Path(folder).glob("*/result.json")):
+        try:
+            if json.loads(path.read_text()).get("ok"):
+                names.append(path.parent.name)
+        except (OSError, ValueError):
+            continue
+    return names
+
+
+def check_folder(spec: str | None) -> None:
+    """Refuse at once (before the data is read) a ``resume`` folder that cannot be resumed."""
+    if not spec or spec == "last":
+        return
+    folder = Path(spec)
+    if not (folder / RUN_INFO).is_file():
+        raise ValueError(f"resume: {folder} is not a results folder (no {RUN_INFO})")
+    if is_complete(folder):
+        raise ValueError(
+            f"resume: {folder} is COMPLETE, nothing to resume (to log it: python -m harness.log "
+            f"{folder})"
+        )
+    if not (folder / INCOMPLETE).is_file():
+        raise ValueError(f"resume: {folder} is not marked {INCOMPLETE} (not an interrupted run)")
+
+
+def _difference(old: Any, new: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first key (dotted) whose value differs between two plain configs, with both values
+    (a level's own values before its groups: ``seed``, not the ``candidates.seed`` it sets)."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        nested = {k for k in set(old) | set(new) if isinstance(old.get(k, new.get(k)), Mapping)}
+        for key in sorted(set(old) | set(new), key=lambda k: (k in nested, str(k))):
+            if path == "" and key in _FREE:
+                continue
+            missing = "(not set)"
+            found = _difference(old.get(key, missing), new.get(key, missing), f"{path}{key}.")
+            if found:
+                return found
+        return None
+    return None if old == new else (path.rstrip("."), old, new)
+
+
+def _saved_config(folder: Path) -> dict[str, Any]:
+    try:
+        return dict(yaml.safe_load((folder / "config.yaml").read_text()) or {})
+    except (OSError, yaml.YAMLError) as err:
+        raise ValueError(f"resume: cannot read {folder / 'config.yaml'} ({err})") from err
+
+
+def _mismatch(folder: Path, key: str, config: Mapping[str, Any]) -> str | None:
+    """Why the INCOMPLETE ``folder`` cannot be resumed by a run of ``config`` on split ``key``
+    (None: it can)."""
+    if run_info(folder).get("split_key") != key:
+        return (
+            f"{folder} was split from other data or split settings (split key "
+            f"{str(run_info(folder).get('split_key'))[:8]}, this run {key[:8]})"
+        )
+    saved = _saved_config(folder)
+    diff = _difference({**saved, "model": None}, {**config, "model": None})
+    if diff:
+        where, was, now = diff
+        return f"{folder} was run with {where}={was!r}, this run has {where}={now!r}"
+    return None
+
+
+def _last(runs_dir: Path, name: str, key: str, config: Mapping[str, Any]) -> Path:
+    """The newest INCOMPLETE folder of experiment ``name`` run with exactly ``config``."""
+    parent = runs_dir / "results" / safe_component(name)
+    tried = sorted(parent.glob(f"*/{INCOMPLETE}"), reverse=True) if parent.is_dir() else []
+    for mark in tried:  # folder names start with the start time: newest first
+        folder = mark.parent
+        usable = (folder / RUN_INFO).is_file() and not is_complete(folder)
+        if usable and _mismatch(folder, key, config) is None:
+            same_models = _difference(_saved_config(folder).get("model"), config.get("model"))
+            if same_models is None:
+                return folder
+    raise ValueError(
+        f"resume=last: no interrupted run of experiment {name!r} with this config under {parent} "
+        f"({len(tried)} INCOMPLETE folder(s) checked); name the folder (resume=FOLDER) or drop "
+        "resume"
+    )
+
+
+def resume(spec: str, runs_dir: Path, name: str, key: str, config: Mapping[str, Any]) -> Resumed:
+    """Take over the folder ``spec`` names (a path, or ``last``) for a run of ``config`` (plain,
+    resolved) on split ``key``: check it matches, load its finished models whose config is
+    unchanged, clear the others' files and note the resumption in ``run.json``."""
+    if spec == "last":
+        folder = _last(runs_dir, name, key, config)
+    else:
+        check_folder(spec)
+        folder = Path(spec)
+        why = _mismatch(folder, key, config)
+        if why:
+            raise ValueError(f"resume: {why}")
+    stamp = str(run_info(folder).get("stamp", ""))
+    started = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}"
+    old_models = _saved_config(folder).get("model") or {}
+    new_models = config.get("model") or {}
+    reused: dict[str, ModelOutcome] = {}
+    for model in new_models:
+        same = model in old_models and _difference(old_models[model], new_models[model]) is None
+        outcome = load_model(folder, str(model)) if same else None
+        if outcome is not None:
+            outcome.notes.append(f"results reused from the interrupted run started {started}")
+            reused[str(model)] = outcome
+        elif (folder / str(model)).is_dir():  # unfinished, failed or changed: run again
+            shutil.rmtree(folder / str(model))
+    info = run_info(folder)
+    rerun = [str(m) for m in new_models if m not in reused]
+    if rerun and (folder / "record.json").exists():  # MLflow may hold runs of the old results
+        info["id"] = uuid.uuid4().hex
+    info.setdefault("resumed", []).append(
+        {"at": time.strftime("%Y%m%d-%H%M%S"), "reused": sorted(reused), "rerun": rerun}
+    )
+    (folder / RUN_INFO).write_text(json.dumps(info, indent=1))
+    return Resumed(folder, reused)

@@ -1,0 +1,219 @@
+"""An interrupted run keeps every model it finished, and ``resume=`` finishes it without
+running them again; the results equal those of a run never interrupted.
+
+Real components: the CLI in subprocesses interrupted by a real SIGINT, a real sqlite MLflow
+store, real Hydra composition for the in-process cases.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+from support import HarnessCli
+
+from harness import cli
+from harness.folders import COMPLETE, INCOMPLETE, run_info
+from harness.resume import check_folder, resume
+
+pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")
+
+CLI = HarnessCli()
+RUN = ["experiment=quick", "progress=false", "model=[popularity,item_knn]"]
+
+
+def _timeless(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if not k.startswith("time.")}
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_to_the_uninterrupted_results(tmp_path: Path) -> None:
+    # the reference: the same command, never interrupted, in its own folder
+    plain = CLI.run(tmp_path / "plain", *RUN, "tracking=none")
+    assert plain.returncode == 0, plain.stderr
+    (reference,) = (tmp_path / "plain" / "runs" / "results" / "offline-eval").iterdir()
+
+    cwd = tmp_path / "cut"
+    proc = CLI.start(cwd, *RUN, "tracking=local", env={"HARNESS_TEST_PAUSE_AT": "model item_knn"})
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.strip() == "harness: paused at model item_knn":
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    (folder,) = (cwd / "runs" / "results" / "offline-eval").iterdir()
+    line = next(x for x in err.splitlines() if x.startswith("error:"))
+    assert "during model item_knn" in line
+    assert "1 finished model(s) kept (popularity); finish it with the same command and " in line
+    assert line.endswith(f"resume={folder.relative_to(cwd)}")
+    assert (folder / INCOMPLETE).read_text() == (
+        "stage: model item_knn\nreason: interrupted by SIGINT\n"
+    )
+    kept = pd.read_parquet(folder / "popularity" / "per_user.parquet")
+    assert len(kept) > 0 and not (folder / "item_knn").exists()
+
+    done = CLI.run(cwd, *RUN, "tracking=local", "resume=last")
+    assert done.returncode == 0, done.stderr
+    started = run_info(folder)["stamp"]
+    assert re.search(
+        rf"note \(popularity\): results reused from the interrupted run started "
+        rf"{started[:4]}-{started[4:6]}-{started[6:8]} {started[9:11]}:",
+        done.stdout,
+    ), done.stdout
+    assert "note (item_knn)" not in done.stdout
+    assert (folder / COMPLETE).exists() and not (folder / INCOMPLETE).exists()
+    assert [p.name for p in (cwd / "runs" / "results" / "offline-eval").iterdir()] == [folder.name]
+    pd.testing.assert_frame_equal(pd.read_parquet(folder / "popularity" / "per_user.parquet"), kept)
+    assert run_info(folder)["resumed"][0]["reused"] == ["popularity"]
+    assert run_info(folder)["resumed"][0]["rerun"] == ["item_knn"]
+
+    got, want = (json.loads((f / "record.json").read_text()) for f in (folder, reference))
+    pd.testing.assert_frame_equal(
+        pd.read_csv(folder / "summary.csv", index_col="model"),
+        pd.read_csv(reference / "summary.csv", index_col="model"),
+        check_exact=True,
+    )
+    for a, b in zip(got["children"], want["children"], strict=True):
+        assert a["name"] == b["name"]
+        assert _timeless(a["metrics"]) == _timeless(b["metrics"])
+        assert a.get("comparison") == b.get("comparison")
+    assert _timeless(got["parent"]["metrics"]) == _timeless(want["parent"]["metrics"])
+    for model in ("popularity", "item_knn"):
+        for table in ("per_user.parquet", "topk.parquet"):
+            pd.testing.assert_frame_equal(
+                pd.read_parquet(folder / model / table), pd.read_parquet(reference / model / table)
+            )
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{cwd}/runs/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("offline-eval").experiment_id])
+    assert sorted(r.data.tags.get("model", "parent") for r in runs) == [
+        "item_knn",
+        "parent",
+        "popularity",
+    ]
+    assert {r.info.status for r in runs} == {"FINISHED"}
+
+
+# ------------------------------------------------------------------------------ in process
+
+
+def _cfg(runs: Path, *extra: str) -> Any:
+    overrides = ["experiment=quick", "progress=false", "tracking=none", f"runs_dir={runs}"]
+    with initialize_config_module(config_module="harness.configs", version_base=None):
+        return compose(config_name="config", overrides=[*overrides, *extra])
+
+
+@pytest.fixture
+def cut_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run of item_knn then popularity left as an interruption during popularity leaves it:
+    ``INCOMPLETE``, popularity's files partly written (no ``result.json``, written last)."""
+    monkeypatch.setattr(cli, "sweep_jobs", [])
+    monkeypatch.chdir(tmp_path)
+    assert cli.run(_cfg(tmp_path / "runs", "model=[item_knn,popularity]")) == 0
+    (folder,) = (tmp_path / "runs" / "results" / "offline-eval").iterdir()
+    (folder / COMPLETE).unlink()
+    (folder / INCOMPLETE).write_text("stage: model popularity\nreason: interrupted by SIGINT\n")
+    (folder / "popularity" / "result.json").unlink()
+    return folder
+
+
+def _plain(cfg: Any) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def _key(folder: Path) -> str:
+    return str(run_info(folder)["split_key"])
+
+
+def test_resume_reuses_finished_models_and_reruns_the_rest(cut_short: Path) -> None:
+    runs = cut_short.parents[2]
+    cfg = _cfg(runs, "model=[item_knn,popularity,random]")
+    taken = resume(str(cut_short), runs, "offline-eval", _key(cut_short), _plain(cfg))
+    assert taken.folder == cut_short
+    assert list(taken.reused) == ["item_knn"]  # popularity was cut off, random is new
+    assert not (cut_short / "popularity").exists()  # its partial files are cleared
+    knn = taken.reused["item_knn"]
+    assert knn.ok and knn.saved
+    saved = json.loads((cut_short / "item_knn" / "result.json").read_text())
+    assert knn.evaluation is not None and knn.recommendations is not None
+    assert knn.evaluation.summary == saved["summary"]
+    pd.testing.assert_frame_equal(
+        knn.evaluation.per_user, pd.read_parquet(cut_short / "item_knn" / "per_user.parquet")
+    )
+    assert len(knn.recommendations) == len(pd.read_parquet(cut_short / "item_knn" / "topk.parquet"))
+
+
+def test_a_model_whose_config_changed_runs_again(cut_short: Path) -> None:
+    runs = cut_short.parents[2]
+    cfg = _cfg(runs, "model=[item_knn,popularity]", "model.item_knn.k_neighbors=50")
+    taken = resume(str(cut_short), runs, "offline-eval", _key(cut_short), _plain(cfg))
+    assert taken.reused == {}
+    assert not (cut_short / "item_knn").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("metrics.k=5", "metrics.k=10"),
+        ("seed=1", "seed=0"),
+        ("compare.confidence=0.9", "compare.confidence=0.95"),
+    ],
+)
+def test_a_different_setting_is_refused_naming_it(
+    cut_short: Path, override: str, named: str
+) -> None:
+    runs = cut_short.parents[2]
+    cfg = _cfg(runs, "model=[item_knn,popularity]", override)
+    with pytest.raises(ValueError, match=rf"was run with {re.escape(named)}, this run has"):
+        resume(str(cut_short), runs, "offline-eval", _key(cut_short), _plain(cfg))
+    assert (cut_short / "item_knn" / "result.json").exists()  # nothing touched
+
+
+def test_other_data_or_split_is_refused(cut_short: Path) -> None:
+    runs = cut_short.parents[2]
+    cfg = _cfg(runs, "model=[item_knn,popularity]")
+    with pytest.raises(ValueError, match="split from other data or split settings"):
+        resume(str(cut_short), runs, "offline-eval", "0" * 64, _plain(cfg))
+
+
+def test_last_finds_only_a_run_of_the_same_command(cut_short: Path) -> None:
+    runs = cut_short.parents[2]
+    same = _cfg(runs, "model=[item_knn,popularity]", "progress=true", "debug=true")
+    assert resume("last", runs, "offline-eval", _key(cut_short), _plain(same)).folder == cut_short
+    other = _cfg(runs, "model=[popularity]")
+    with pytest.raises(ValueError, match=r"resume=last: no interrupted run .* \(1 INCOMPLETE"):
+        resume("last", runs, "offline-eval", _key(cut_short), _plain(other))
+
+
+def test_folders_that_cannot_be_resumed_are_refused_before_the_data_is_read(
+    cut_short: Path, tmp_path: Path
+) -> None:
+    (cut_short / COMPLETE).write_text("completed\n")
+    (cut_short / INCOMPLETE).unlink()
+    with pytest.raises(ValueError, match=r"is COMPLETE, nothing to resume .*harness\.log"):
+        check_folder(str(cut_short))
+    with pytest.raises(ValueError, match="is not a results folder"):
+        check_folder(str(tmp_path / "nowhere"))
+    (cut_short / COMPLETE).unlink()
+    with pytest.raises(ValueError, match="not marked INCOMPLETE"):
+        check_folder(str(cut_short))
+
+
+def test_a_bad_resume_folder_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    proc = CLI.run(tmp_path, *RUN, "tracking=none", f"resume={tmp_path / 'missing'}")
+    assert proc.returncode == 2
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert errors == [
+        f"error: resume: {tmp_path / 'missing'} is not a results folder (no run.json)"
+    ]
+    assert "Traceback" not in proc.stderr
