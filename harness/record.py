@@ -116,42 +116,23 @@ def _comparison_settings(pair: PairComparison) -> dict[str, str]:
     return out
 
 
-def _fairness_metrics(
-    result: ExperimentResult, pairs: Sequence[PairComparison], cspec: Any
-) -> dict[str, dict[str, float]]:
+def _fairness_metrics(pairs: Sequence[PairComparison]) -> dict[str, dict[str, float]]:
     """Model → the user-group gap of the GSB metric (``compare.user_groups``) as metrics:
-    ``fairness.gap``, its CI and each group's mean, computed as the comparison's note does
-    (same groups, resamples, confidence and seed), for every model of a compared pair."""
-    if not cspec.user_groups or not pairs:
-        return {}
-    from harness.compare import user_groups_of
-    from metrics.beyond import group_gap
-
-    groups = user_groups_of(cspec, result)
+    ``fairness.gap``, its CI and each group's mean, as the comparison computed them for its
+    note, for every model of a compared pair."""
     out: dict[str, dict[str, float]] = {}
     for pair in pairs:
-        for model in (pair.baseline, pair.candidate):
-            ev = result.outcomes[model].evaluation
-            if model in out or ev is None:
-                continue
-            try:
-                gap = group_gap(
-                    ev.per_user,
-                    groups,
-                    pair.gsb_metric,
-                    n_resamples=cspec.n_resamples,
-                    confidence=cspec.confidence,
-                    seed=cspec.seed,
-                )
-            except ValueError:  # the note says "not computed"
-                continue
-            out[model] = {
-                "fairness.gap": gap.gap,
-                "fairness.gap_ci_low": gap.ci[0],
-                "fairness.gap_ci_high": gap.ci[1],
-                **{f"fairness.group.{g}": m for g, m in gap.means.items()},
-                **{f"fairness.group_users.{g}": n for g, n in gap.sizes.items()},
-            }
+        for model, gap in pair.group_gaps.items():
+            out.setdefault(
+                model,
+                {
+                    "fairness.gap": gap.gap,
+                    "fairness.gap_ci_low": gap.ci[0],
+                    "fairness.gap_ci_high": gap.ci[1],
+                    **{f"fairness.group.{g}": m for g, m in gap.means.items()},
+                    **{f"fairness.group_users.{g}": n for g, n in gap.sizes.items()},
+                },
+            )
     return out
 
 
@@ -315,7 +296,7 @@ def plan(
     ]
     options = {f"metrics.option.{k}": v for k, v in result.options.items()}
     specs = _specs_of(config) if pairs else None
-    fairness = _fairness_metrics(result, pairs, specs[0]) if specs else {}
+    fairness = _fairness_metrics(pairs)
     by_sizing = _sizing_metrics(result, pairs, decisions, *specs, sizing) if specs else {}
     children = []
     for name, outcome in result.outcomes.items():

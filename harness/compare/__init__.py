@@ -20,6 +20,7 @@ from harness.compare.buckets import bucket_tables as _bucket_tables
 from harness.data import known_codes, plain
 from harness.experiment import ExperimentResult
 from metrics import stats
+from metrics.beyond import GroupGap
 from metrics.checks import require_choice, require_range
 from metrics.sets import member
 
@@ -93,6 +94,8 @@ class PairComparison:
     differences: dict[str, pd.Series] = field(default_factory=dict)  # metric -> per-user b − a
     notes: list[str] = field(default_factory=list)
     segments: dict[str, str] = field(default_factory=dict)  # segment -> definition
+    #: model -> the user-group gap of ``gsb_metric`` (compare.user_groups), as its note says
+    group_gaps: dict[str, GroupGap] = field(default_factory=dict)
 
     def row(self, metric: str, segment: str = "all") -> pd.Series | None:
         """The comparison row of ``metric`` in ``segment`` (None when absent)."""
@@ -516,7 +519,8 @@ def group_gap_note(
     spec: CompareSpec,
 ) -> str:
     """One line: the gap of the GSB metric between user groups for the baseline and the
-    candidate, each with its bootstrap CI (users resampled within their group)."""
+    candidate, each with its bootstrap CI (users resampled within their group); the gaps are
+    kept in ``pair.group_gaps`` (logged as ``fairness.*`` metrics)."""
     from metrics.beyond import group_gap
 
     metric = pair.gsb_metric
@@ -533,6 +537,7 @@ def group_gap_note(
             )
         except ValueError as err:
             return f"user-group gap of {metric}: not computed ({err})"
+        pair.group_gaps[model] = gap
         means = ", ".join(f"{g} {m:.4f}" for g, m in gap.means.items())
         parts.append(f"{model} {gap.gap:.4f} [{gap.ci[0]:.4f}, {gap.ci[1]:.4f}] ({means})")
     return (
