@@ -588,7 +588,7 @@ def run_models(
             stage_log.stages.say(f"  model {name}: reused from the interrupted run")
             continue
         outcome = ModelOutcome(name)
-        checkpoint(f"model {name}", folder)  # the stage INCOMPLETE names, should the run stop
+        checkpoint(f"model {name}")  # the stage an interruption names
         try:
             t0, c0 = time.perf_counter(), time.process_time()
             model.fit(split.train)

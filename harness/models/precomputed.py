@@ -40,11 +40,14 @@ from harness.models.base import (
     _take_lists,
     candidate_arrays,
 )
+from metrics.checks import require_choice
 
-__all__ = ["FORMATS", "MissingUsersWarning", "PrecomputedScores"]
+__all__ = ["FORMATS", "TIES", "MissingUsersWarning", "PrecomputedScores"]
 
 SCORE = "score"
 FORMATS: tuple[str, ...] = ("csv", "tsv", "parquet", "trec")
+#: How tied scores are ordered: by ascending item id, or in the file's row order.
+TIES: tuple[str, ...] = ("item", "file")
 _FIELDS: tuple[str, ...] = (USER, ITEM, SCORE)
 
 
@@ -65,7 +68,9 @@ class PrecomputedScores(BaseRecommender):
     names (``user``, ``item``, ``score``) to the file's column names (CSV/Parquet only).
 
     Conventions (those of ``recommend`` in ``harness.models.base``): ties by ascending item id,
-    padding with score ``-inf``. A requested user with no row in the file gets an all-padding
+    or with ``ties="file"`` in the file's row order (what ``tie_break="input_order"`` means for a
+    run file: ranx, Microsoft Recommenders and ``metrics.evaluate`` keep it); padding with score
+    ``-inf``. A requested user with no row in the file gets an all-padding
     row, counted in ``stats_["users_without_list"]`` (of the last ``recommend`` call, with a
     warning). Items absent from the training catalog are kept in the lists (the file decides;
     counted in ``stats_["items_unknown"]``). ``exclude_seen`` (default ``False``) drops the
@@ -85,11 +90,13 @@ class PrecomputedScores(BaseRecommender):
         format: str | None = None,
         columns: Mapping[str, str] | None = None,
         exclude_seen: bool = False,
+        ties: str = "item",
         *,
         batch_size: int | None = None,
         progress: bool = False,
     ) -> None:
         super().__init__(exclude_seen=exclude_seen, batch_size=batch_size, progress=progress)
+        require_choice("ties", ties, TIES)
         if format is not None and format not in FORMATS:
             raise ValueError(f"'format' must be one of {list(FORMATS)} or None (got {format!r})")
         mapping = dict(columns or {})
@@ -102,6 +109,7 @@ class PrecomputedScores(BaseRecommender):
         self.path = str(path)
         self.format = format
         self.columns = mapping
+        self.ties = ties
 
     # -------------------------------------------------------------------------- fitting
 
@@ -149,7 +157,8 @@ class PrecomputedScores(BaseRecommender):
         self._file_users = pd.Index(file_users)
         file_items.flags.writeable = False
         self._file_items = file_items
-        order = _rank_order(user_codes, item_codes, scores)
+        by_file = np.arange(keys.size) if self.ties == "file" else item_codes  # tied rows' order
+        order = _rank_order(user_codes, by_file, scores)
         owner, ranked_at = user_codes[order], item_codes[order]
         ranked_scores = scores[order]
         self._lists = (_indptr(owner, file_users.size), ranked_at, ranked_scores)
