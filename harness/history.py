@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from harness.promote import EVAL_TAG, headline_text
+from harness.tracking import require_store
 
 __all__ = ["format_history", "history_frame", "main", "plot_history"]
 
@@ -201,6 +202,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; returns the exit code."""
     args = _parser().parse_args(argv)
+    try:
+        require_store(args.tracking_uri)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException

@@ -149,6 +149,17 @@ class BrokenStoreError(RuntimeError):
     """A local sqlite store MLflow cannot open (its schema is not the one MLflow expects)."""
 
 
+def require_store(uri: str) -> None:
+    """Refuse a local sqlite store that does not exist, for commands that only read from it:
+    MLflow would create an empty store there (seconds of migrations) and then find nothing."""
+    db = _sqlite_path(uri)
+    if db is not None and not db.is_file():
+        raise ValueError(
+            f"no MLflow store at {db} ({uri}); give the store the runs were logged to "
+            "(--tracking-uri; a run logs to runs/mlflow.db under the folder it ran in)"
+        )
+
+
 def _sqlite_path(uri: str) -> Path | None:
     """The file of a local ``sqlite:///`` store URI (None for any other URI)."""
     if not uri.startswith("sqlite:///") or "?" in uri:

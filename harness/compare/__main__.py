@@ -61,6 +61,7 @@ from harness.gate import (
     decide,
     verdict_line,
 )
+from harness.tracking import require_store
 
 EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 2, 3
 
@@ -465,6 +466,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow import MlflowClient
 
+    try:
+        require_store(args.tracking_uri)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     client = MlflowClient(args.tracking_uri)
     try:
         runs = [_resolve(client, r, args.tracking_uri) for r in (args.baseline, args.candidate)]
