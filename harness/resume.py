@@ -4,7 +4,8 @@
 experiment whose config is this run's. The data and split must be the same (the split key of
 ``run.json``) and so must every setting that shapes the numbers; only ``model`` may differ: a model
 whose config is unchanged and that finished is reused, the others (new, changed, failed or cut
-off) run again. Progress bars, ``debug`` and ``tracking`` may differ too.
+off) run again. Progress bars, ``debug``, ``tracking`` and how ``runs_dir`` is spelled may
+differ too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from harness.folders import INCOMPLETE, RUN_INFO, is_complete, run_info, safe_co
 __all__ = ["Resumed", "check_folder", "finished", "resume"]
 
 #: Keys that do not change a run's numbers, so a resumed run may set them differently.
-_FREE = ("resume", "progress", "debug", "tracking")
+_FREE = ("resume", "progress", "debug", "tracking", "runs_dir")
 
 
 @dataclass(frozen=True)
@@ -110,11 +111,15 @@ def _last(runs_dir: Path, name: str, key: str, config: Mapping[str, Any]) -> Pat
     tried = sorted(parent.glob(f"*/{INCOMPLETE}"), reverse=True) if parent.is_dir() else []
     for mark in tried:  # folder names start with the start time: newest first
         folder = mark.parent
-        usable = (folder / RUN_INFO).is_file() and not is_complete(folder)
-        if usable and _mismatch(folder, key, config) is None:
-            same_models = _difference(_saved_config(folder).get("model"), config.get("model"))
-            if same_models is None:
+        if not (folder / RUN_INFO).is_file() or is_complete(folder):
+            continue
+        try:
+            if _mismatch(folder, key, config) is None and (
+                _difference(_saved_config(folder).get("model"), config.get("model")) is None
+            ):
                 return folder
+        except ValueError:  # stopped before its config was written: not this run
+            continue
     raise ValueError(
         f"resume=last: no interrupted run of experiment {name!r} with this config under {parent} "
         f"({len(tried)} INCOMPLETE folder(s) checked); name the folder (resume=FOLDER) or drop "
