@@ -661,6 +661,11 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {_os_error(err, str(cfg.runs_dir))}", file=sys.stderr)
         _failed(_os_error(err, str(cfg.runs_dir)))
         code = EXIT_BAD_INPUT
+    except Exception as err:  # a bug: its traceback follows, the folder says what is kept
+        _failed(
+            f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        )
+        raise
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
