@@ -364,8 +364,6 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     models, load_errors = build_models(cfg, progress)
     resume_spec = str(cfg.resume) if cfg.get("resume") else None
     check_folder(resume_spec)  # a folder that cannot be resumed: exit 2 before the data is read
-    if resume_spec and (cfg.get("engine") or {}).get("name", "numpy") == "spark":
-        raise ValueError("resume: engine=spark runs cannot be resumed yet; run without resume")
     spark = spark_of(cfg)  # engine=spark: load, split, models and metrics run on Spark
     events: Any = None  # engine=spark: the events and the split as Spark tables
     spark_split: Any = None
@@ -459,6 +457,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
                 seed=int(cfg.seed),
                 tables_uri=engine.get("tables"),
                 driver_rows=driver_rows,
+                reused=reused,
             )
         result.candidates = cand_stats
         print(format_summary(result))

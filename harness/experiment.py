@@ -717,21 +717,25 @@ def save_model(folder: Path, outcome: ModelOutcome) -> None:
 
 def load_model(folder: Path, name: str) -> ModelOutcome | None:
     """The outcome :func:`save_model` wrote for ``name`` in ``folder``, or None when the model
-    did not finish there (no ``result.json``, failed, or its tables were written by Spark)."""
+    did not finish there (no ``result.json``, or failed). Tables Spark wrote (``per_user_uri``
+    in its info) are not read here: an empty per-user table and no lists, for
+    :func:`harness.spark.pipeline.run_models_spark` to read back from their URIs."""
     sub = folder / name
     try:
         info = json.loads((sub / "result.json").read_text())
     except (OSError, ValueError):
         return None
-    if not info.get("ok") or "summary" not in info or "per_user_uri" in info.get("info", {}):
+    if not info.get("ok") or "summary" not in info:
         return None
+    by_spark = "per_user_uri" in info.get("info", {})
     evaluation = metrics.Evaluation(
         {k: float(v) for k, v in info["summary"].items()},
-        pd.read_parquet(sub / "per_user.parquet"),
+        pd.DataFrame() if by_spark else pd.read_parquet(sub / "per_user.parquet"),
         dict(info.get("options") or {}),
         dict(info.get("counts") or {}),
     )
-    recs = pd.read_parquet(sub / "topk.parquet") if (sub / "topk.parquet").exists() else None
+    topk = sub / "topk.parquet"
+    recs = pd.read_parquet(topk) if topk.exists() and not by_spark else None
     return ModelOutcome(
         name,
         evaluation,

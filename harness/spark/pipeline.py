@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -59,6 +59,7 @@ from harness.experiment import (
     save,
     save_model,
 )
+from harness.folders import checkpoint
 from harness.spark.candidates import build_candidates_spark
 from harness.spark.io import _frame, _id_kind
 from harness.spark.session import _python_errors, _quiet
@@ -466,6 +467,7 @@ def run_models_spark(
     seed: int = 0,
     tables_uri: str | None = None,
     driver_rows: int = 2_000_000,
+    reused: Mapping[str, ModelOutcome] | None = None,
 ) -> SparkExperimentResult:
     """Every model's lists, top-k and metrics on Spark; results written under ``folder``.
 
@@ -491,6 +493,10 @@ def run_models_spark(
     (``auc_scope=candidates``). Rating metrics (RMSE/MAE) come from a plug-in's
     ``predict_ratings`` on the test pairs (mean rating per pair), else NaN with the in-process
     note. Metrics that need item categories the dataset lacks are NaN with the in-process note.
+
+    ``reused``: outcomes of models an interrupted run finished
+    (:func:`harness.experiment.load_model`), not rerun when their tables read back
+    (:func:`_restored`); a model whose tables cannot be read runs again.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
@@ -520,8 +526,22 @@ def run_models_spark(
     options = metrics.resolve_options(**opts)
     # as in-process: a tie rule other than the models' needs the items tied with the k-th
     holds = model_order_holds(options, _id_kind(qrels, "item") == "bigint")
+    small = n_users * suite.k <= driver_rows  # bounds the lists' and per-user rows
+    folder.mkdir(parents=True, exist_ok=True)  # each model's files and INCOMPLETE go there
     for name, model in models.items():
+        kept = (reused or {}).get(name)  # finished by the interrupted run this one resumes
+        restored = None if kept is None else _restored(spark, kept, sp, qrels, suite, small)
+        if restored is not None:
+            outcomes[name], tables.lists[name], tables.per_user[name] = restored
+            info = restored[0].info
+            tables.uris[name] = {"topk": info["topk_uri"], "per_user": info["per_user_uri"]}
+            stage_log.stages.say(f"  model {name}: reused from the interrupted run")
+            continue
+        if kept is not None:
+            stage_log.stages.say(f"  model {name}: its saved tables cannot be read, run again")
+            (folder / name / "result.json").unlink(missing_ok=True)
         outcome = ModelOutcome(name)
+        checkpoint(f"model {name}", folder)  # the stage INCOMPLETE names, should the run stop
         topk_uri = _uri(base, name, "topk.parquet")
         per_user_uri = _uri(base, name, "per_user.parquet")
         where = _uri(base, name, "parts")
@@ -680,7 +700,6 @@ def run_models_spark(
             per_user = spark.read.parquet(per_user_uri)
             outcome.seconds |= {"rank": t1 - t0, "metrics": time.perf_counter() - t1}
             outcome.info |= {"engine": how, "topk_uri": topk_uri, "per_user_uri": per_user_uri}
-            small = n_users * suite.k <= driver_rows  # bounds the lists' and per-user rows
             full = {n: summary.get(n, float("nan")) for n in suite.names}
             outcome.evaluation = _evaluation(full, counts, ev.options, per_user, suite, small)
             if small:
@@ -710,6 +729,34 @@ def run_models_spark(
     )
     save(result)
     return result
+
+
+def _restored(
+    spark: SparkSession,
+    kept: ModelOutcome,
+    sp: SparkSplit,
+    qrels: DataFrame,
+    suite: MetricSuite,
+    small: bool,
+) -> tuple[ModelOutcome, DataFrame, DataFrame] | None:
+    """A model an interrupted run finished, as :func:`run_models_spark` holds it after running
+    it: the outcome with its driver copies (when ``small``), its lists in the truth's ids (what
+    the comparison reads) and its per-user table, read back from the Parquet at its
+    ``topk_uri`` / ``per_user_uri``; None when a table cannot be read (missing, torn)."""
+    if kept.evaluation is None or "per_user_uri" not in kept.info:
+        return None
+    ev = kept.evaluation
+    try:
+        with _python_errors(), _quiet():
+            lists = spark.read.parquet(str(kept.info["topk_uri"]))
+            per_user = spark.read.parquet(str(kept.info["per_user_uri"]))
+            lists.count(), per_user.count()  # every file opened: a missing part fails here
+            evaluation = _evaluation(ev.summary, ev.counts, ev.options, per_user, suite, small)
+            recs = _recs_copy(lists) if small else None
+    except Exception:  # any failure to read: the model runs again
+        return None
+    outcome = replace(kept, evaluation=evaluation, recommendations=recs)
+    return outcome, _in_truth_items(lists, sp, qrels), per_user
 
 
 def _tied_rows(spark: SparkSession, lists: DataFrame, k: int, ties: Ties, uri: str) -> DataFrame:
