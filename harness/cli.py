@@ -307,10 +307,14 @@ def spark_of(cfg: DictConfig) -> Any:
         return None
     from harness.spark import spark_session
 
-    return spark_session(
-        master=str(engine.get("master", "local[*]")),
-        config={"spark.sql.shuffle.partitions": str(engine.get("shuffle_partitions", 8))},
-    )
+    ours = signal.getsignal(signal.SIGINT)
+    try:
+        return spark_session(
+            master=str(engine.get("master", "local[*]")),
+            config={"spark.sql.shuffle.partitions": str(engine.get("shuffle_partitions", 8))},
+        )
+    finally:  # PySpark installs its own Ctrl-C handler: Ctrl-C stops the run as without Spark
+        signal.signal(signal.SIGINT, ours)
 
 
 def _job_row(

@@ -305,7 +305,8 @@ def _model_ranking(
         fit = _als_fit(model, train)
         als = partial(als_topk, model, train, fit=fit)
         return als_topk(model, train, users, k, fit), "spark_mllib", partial(_deepened, als, k)
-    if type(model) is PrecomputedScores and model._kind() != "trec":
+    # a score file in Spark; ties in file order need the rows' order: fitted on the driver
+    if type(model) is PrecomputedScores and model._kind() != "trec" and model.ties == "item":
         how: dict[str, Any] = {
             "exclude_seen": model.exclude_seen,
             "columns": dict(model.columns) or None,
@@ -527,7 +528,6 @@ def run_models_spark(
     # as in-process: a tie rule other than the models' needs the items tied with the k-th
     holds = model_order_holds(options, _id_kind(qrels, "item") == "bigint")
     small = n_users * suite.k <= driver_rows  # bounds the lists' and per-user rows
-    folder.mkdir(parents=True, exist_ok=True)  # each model's files and INCOMPLETE go there
     for name, model in models.items():
         kept = (reused or {}).get(name)  # finished by the interrupted run this one resumes
         restored = None if kept is None else _restored(spark, kept, sp, qrels, suite, small)
@@ -541,7 +541,7 @@ def run_models_spark(
             stage_log.stages.say(f"  model {name}: its saved tables cannot be read, run again")
             (folder / name / "result.json").unlink(missing_ok=True)
         outcome = ModelOutcome(name)
-        checkpoint(f"model {name}", folder)  # the stage INCOMPLETE names, should the run stop
+        checkpoint(f"model {name}")  # the stage an interruption names
         topk_uri = _uri(base, name, "topk.parquet")
         per_user_uri = _uri(base, name, "per_user.parquet")
         where = _uri(base, name, "parts")

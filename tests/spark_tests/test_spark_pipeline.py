@@ -53,8 +53,10 @@ SCORES = ("auc", "gauc", "global_auc")
 @pytest.fixture(scope="module")
 def file_runs(harness_cli: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One config run by both engines, shared by the tests below: a user's Parquet file with
-    string ids, popularity (``exclude_seen`` off), precomputed scores and item_knn (a
-    plug-in), the top-k metrics and the AUC family over the whole catalog, the comparison."""
+    string ids, popularity (``exclude_seen`` off), precomputed scores (integers 0-4: many ties)
+    and item_knn (a plug-in), the top-k metrics and the AUC family over the whole catalog, the
+    comparison; ties ordered by descending item id (``tie_break=item_desc``), so each engine
+    fetches the items tied with a list's k-th score and chooses among them."""
     tmp_path = tmp_path_factory.mktemp("file_runs")
     data = tmp_path / "events.parquet"
     events = text_events(data)
@@ -72,6 +74,7 @@ def file_runs(harness_cli: Any, tmp_path_factory: pytest.TempPathFactory) -> dic
         f"metrics.names=[{names},{','.join(SCORES)}]",
         "progress=false",
         "compare.n_resamples=200",
+        "metrics.options.tie_break=item_desc",
     ]
     return dict(harness_cli.run_engines(tmp_path, *common, timeout=900))
 

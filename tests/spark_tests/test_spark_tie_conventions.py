@@ -193,3 +193,46 @@ def test_tied_rows_and_the_rules_by_hand(spark: Any, tmp_path: Path) -> None:
     ]:
         top = _top_spark(tied, 2, metrics.resolve_options(**options)).toPandas()
         assert top.sort_values(["user", "rank"])["item"].tolist() == want, options
+
+
+def test_score_file_ties_in_file_order_as_in_process(
+    spark: Any, data: dict[str, Any], tmp_path: Path
+) -> None:
+    """``PrecomputedScores(ties="file")`` under ``tie_break=input_order`` (the ranx preset):
+    Spark fits it on the driver (a file's parts have no fixed order in Spark) and gives the
+    in-process lists and numbers, which differ from those of ties by item id on this data."""
+    from harness.spark.pipeline import run_models_spark
+
+    shuffled = tmp_path / "shuffled.csv"
+    pd.read_csv(data["path"]).sample(frac=1.0, random_state=2).to_csv(shuffled, index=False)
+    suite = MetricSuite(k=K, names=NAMES, options={"preset": "ranx"})
+    dataset = Dataset("ties", data["frame"], "ties")
+
+    def models(ties: str) -> dict[str, Any]:
+        return {"file": PrecomputedScores(str(shuffled), ties=ties)}
+
+    want = run_models(dataset, data["split"], models("file"), suite, tmp_path / "a", progress=False)
+    by_item = run_models(
+        dataset, data["split"], models("item"), suite, tmp_path / "b", progress=False
+    )
+    got = run_models_spark(
+        spark,
+        dataset,
+        data["events"],
+        data["sp"],
+        data["split"],
+        models("file"),
+        suite,
+        tmp_path / "spark",
+        batch_users=16,
+        driver_rows=10**6,
+    )
+    a, b = want.outcomes["file"], got.outcomes["file"]
+    assert a.ok and b.ok, (a.error, b.error)
+    assert b.info.get("engine") == "plugin"
+    lists = [o.recommendations.astype({"rank": np.int64}) for o in (a, b)]
+    pd.testing.assert_frame_equal(lists[1], lists[0], check_dtype=False)
+    per_user = b.evaluation.per_user.reindex(a.evaluation.per_user.index)
+    pd.testing.assert_frame_equal(per_user, a.evaluation.per_user, check_dtype=False, atol=TOL)
+    other = by_item.outcomes["file"].recommendations.astype({"rank": np.int64})
+    assert not lists[0][["user", "item"]].equals(other[["user", "item"]])
