@@ -583,8 +583,9 @@ def run_models(
     bar = tqdm(models.items(), desc="models", unit="model", disable=not progress)
     for name, model in bar:
         bar.set_postfix_str(name)
-        if name in (reused or {}):  # finished by the interrupted run this one resumes
-            outcomes[name] = reused[name]  # type: ignore[index]
+        kept = (reused or {}).get(name)  # finished by the interrupted run this one resumes
+        if kept is not None:
+            outcomes[name] = kept
             stage_log.stages.say(f"  model {name}: reused from the interrupted run")
             continue
         outcome = ModelOutcome(name)
