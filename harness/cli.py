@@ -67,7 +67,7 @@ from harness.models import Recommender, without_search_space
 from harness.promote import promote_run
 from harness.record import job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
-from harness.resume import check_folder, finished, resume
+from harness.resume import check_folder, finished, record_resumption, resume
 from harness.schema import config_error, one_line_config_errors, register, share_config_store
 from harness.spark.pipeline import (
     build_candidates_spark,
@@ -464,6 +464,8 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
                 reused=reused,
             )
         result.candidates = cand_stats
+        if resume_spec:
+            record_resumption(folder, result.outcomes)
         print(format_summary(result))
         # segments are evaluated by the same engine, so it stays open for the comparison
         checkpoint("comparison", folder)

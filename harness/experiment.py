@@ -94,6 +94,7 @@ class ModelOutcome:
     info: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     saved: bool = False  # its files are in the results folder (save_model)
+    reused_from: str | None = None  # when resumed: the start of the run that computed it
 
     @property
     def ok(self) -> bool:

@@ -24,7 +24,7 @@ import yaml
 from harness.experiment import ModelOutcome, load_model
 from harness.folders import INCOMPLETE, RUN_INFO, is_complete, run_info, safe_component
 
-__all__ = ["Resumed", "check_folder", "finished", "resume"]
+__all__ = ["Resumed", "check_folder", "finished", "record_resumption", "resume"]
 
 #: Keys that do not change a run's numbers, so a resumed run may set them differently.
 _FREE = ("resume", "progress", "debug", "tracking", "runs_dir")
@@ -130,7 +130,7 @@ def _last(runs_dir: Path, name: str, key: str, config: Mapping[str, Any]) -> Pat
 def resume(spec: str, runs_dir: Path, name: str, key: str, config: Mapping[str, Any]) -> Resumed:
     """Take over the folder ``spec`` names (a path, or ``last``) for a run of ``config`` (plain,
     resolved) on split ``key``: check it matches, load its finished models whose config is
-    unchanged, clear the others' files and note the resumption in ``run.json``."""
+    unchanged and clear the others' files."""
     if spec == "last":
         folder = _last(runs_dir, name, key, config)
     else:
@@ -148,16 +148,24 @@ def resume(spec: str, runs_dir: Path, name: str, key: str, config: Mapping[str, 
         same = model in old_models and _difference(old_models[model], new_models[model]) is None
         outcome = load_model(folder, str(model)) if same else None
         if outcome is not None:
+            outcome.reused_from = started
             outcome.notes.append(f"results reused from the interrupted run started {started}")
             reused[str(model)] = outcome
         elif (folder / str(model)).is_dir():  # unfinished, failed or changed: run again
             shutil.rmtree(folder / str(model))
+    return Resumed(folder, reused)
+
+
+def record_resumption(folder: Path, outcomes: Mapping[str, ModelOutcome]) -> None:
+    """Note in ``run.json`` which models a resumed run reused and which it ran (once they ran:
+    a Spark model whose saved tables could not be read ran again); a new folder id when models
+    ran again after the interrupted run had written ``record.json`` (MLflow may hold its runs)."""
+    reused = sorted(name for name, outcome in outcomes.items() if outcome.reused_from)
+    rerun = [name for name, outcome in outcomes.items() if not outcome.reused_from]
     info = run_info(folder)
-    rerun = [str(m) for m in new_models if m not in reused]
-    if rerun and (folder / "record.json").exists():  # MLflow may hold runs of the old results
+    if rerun and (folder / "record.json").exists():
         info["id"] = uuid.uuid4().hex
     info.setdefault("resumed", []).append(
-        {"at": time.strftime("%Y%m%d-%H%M%S"), "reused": sorted(reused), "rerun": rerun}
+        {"at": time.strftime("%Y%m%d-%H%M%S"), "reused": reused, "rerun": rerun}
     )
     (folder / RUN_INFO).write_text(json.dumps(info, indent=1))
-    return Resumed(folder, reused)

@@ -217,3 +217,26 @@ def test_a_bad_resume_folder_is_one_line_and_exit_2(tmp_path: Path) -> None:
         f"error: resume: {tmp_path / 'missing'} is not a results folder (no run.json)"
     ]
     assert "Traceback" not in proc.stderr
+
+
+def test_run_json_records_what_was_reused_once_the_models_ran(cut_short: Path) -> None:
+    """A model resume() offered but that ran again (engine=spark: its saved tables could not be
+    read) is recorded as run again, and the folder gets a new MLflow id since ``record.json``
+    was written by the interrupted run."""
+    from harness.experiment import ModelOutcome
+    from harness.resume import record_resumption
+
+    runs = cut_short.parents[2]
+    cfg = _cfg(runs, "model=[item_knn,popularity]")
+    before = run_info(cut_short)["id"]
+    taken = resume(str(cut_short), runs, "offline-eval", _key(cut_short), _plain(cfg))
+    assert list(taken.reused) == ["item_knn"]
+    assert run_info(cut_short).get("resumed") is None  # nothing recorded before the models ran
+    record_resumption(
+        cut_short, {"item_knn": ModelOutcome("item_knn"), "popularity": ModelOutcome("popularity")}
+    )
+    (entry,) = run_info(cut_short)["resumed"]
+    assert entry["reused"] == [] and entry["rerun"] == ["item_knn", "popularity"]
+    assert run_info(cut_short)["id"] != before  # record.json exists: MLflow may hold old runs
+    record_resumption(cut_short, {"item_knn": taken.reused["item_knn"]})
+    assert run_info(cut_short)["resumed"][1]["reused"] == ["item_knn"]
