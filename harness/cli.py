@@ -512,6 +512,12 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     mark_complete(folder)
     print(f"\nresults: {folder}\nreport:  {report['html']}")
     code = EXIT_MODEL_FAILED if result.failed else 0
+    if result.failed:
+        print(
+            f"note: {len(result.failed)} model(s) failed ({', '.join(result.failed)}); once fixed, "
+            f"run only them with the same command and resume={folder}",
+            file=sys.stderr,
+        )
     if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri"):
         try:
             from harness.tracking import Tracker

@@ -587,7 +587,7 @@ def run_models(
         kept = (reused or {}).get(name)  # finished by the interrupted run this one resumes
         if kept is not None:
             outcomes[name] = kept
-            stage_log.stages.say(f"  model {name}: reused from the interrupted run")
+            stage_log.stages.say(f"  model {name}: reused (its results from an earlier run)")
             continue
         outcome = ModelOutcome(name)
         checkpoint(f"model {name}")  # the stage an interruption names

@@ -1,11 +1,11 @@
-"""Resuming an interrupted run: its results folder, and the models it finished, are reused.
+"""Resuming a run: its results folder, and the models it finished, are reused.
 
-``resume=FOLDER`` picks up an INCOMPLETE results folder; ``resume=last`` the newest one of the
-experiment whose config is this run's. The data and split must be the same (the split key of
-``run.json``) and so must every setting that shapes the numbers; only ``model`` may differ: a model
-whose config is unchanged and that finished is reused, the others (new, changed, failed or cut
-off) run again. Progress bars, ``debug``, ``tracking`` and how ``runs_dir`` is spelled may
-differ too.
+``resume=FOLDER`` picks up an INCOMPLETE results folder, or a finished one in which a model
+failed; ``resume=last`` the newest such folder of the experiment whose config is this run's. The
+data and split must be the same (the split key of ``run.json``) and so must every setting that
+shapes the numbers; only ``model`` may differ: a model whose config is unchanged and that
+finished is reused, the others (new, changed, failed or cut off) run again. Progress bars,
+``debug``, ``tracking`` and how ``runs_dir`` is spelled may differ too.
 """
 
 from __future__ import annotations
@@ -22,9 +22,17 @@ from typing import Any
 import yaml
 
 from harness.experiment import ModelOutcome, load_model
-from harness.folders import INCOMPLETE, RUN_INFO, is_complete, run_info, safe_component
+from harness.folders import (
+    COMPLETE,
+    INCOMPLETE,
+    RUN_INFO,
+    is_complete,
+    mark_incomplete,
+    run_info,
+    safe_component,
+)
 
-__all__ = ["Resumed", "check_folder", "finished", "record_resumption", "resume"]
+__all__ = ["Resumed", "check_folder", "failed", "finished", "record_resumption", "resume"]
 
 #: Keys that do not change a run's numbers, so a resumed run may set them differently.
 _FREE = ("resume", "progress", "debug", "tracking", "runs_dir")
@@ -50,6 +58,25 @@ def finished(folder: Path) -> list[str]:
     return names
 
 
+def failed(folder: Path) -> list[str]:
+    """The models of ``folder`` that failed (their ``result.json`` says not ok)."""
+    names = []
+    for path in sorted(Path(folder).glob("*/result.json")):
+        try:
+            if not json.loads(path.read_text()).get("ok", True):
+                names.append(path.parent.name)
+        except (OSError, ValueError):
+            continue
+    return names
+
+
+def _resumable(folder: Path) -> bool:
+    """An interrupted run (``INCOMPLETE``), or a finished one in which a model failed."""
+    if not (folder / RUN_INFO).is_file():
+        return False
+    return not is_complete(folder) or bool(failed(folder))
+
+
 def check_folder(spec: str | None) -> None:
     """Refuse at once (before the data is read) a ``resume`` folder that cannot be resumed."""
     if not spec or spec == "last":
@@ -57,12 +84,12 @@ def check_folder(spec: str | None) -> None:
     folder = Path(spec)
     if not (folder / RUN_INFO).is_file():
         raise ValueError(f"resume: {folder} is not a results folder (no {RUN_INFO})")
-    if is_complete(folder):
+    if is_complete(folder) and not failed(folder):
         raise ValueError(
-            f"resume: {folder} is COMPLETE, nothing to resume (to log it: python -m harness.log "
-            f"{folder})"
+            f"resume: {folder} is COMPLETE with every model ok, nothing to resume (to log it: "
+            f"python -m harness.log {folder})"
         )
-    if not (folder / INCOMPLETE).is_file():
+    if not is_complete(folder) and not (folder / INCOMPLETE).is_file():
         raise ValueError(f"resume: {folder} is not marked {INCOMPLETE} (not an interrupted run)")
 
 
@@ -90,8 +117,7 @@ def _saved_config(folder: Path) -> dict[str, Any]:
 
 
 def _mismatch(folder: Path, key: str, config: Mapping[str, Any]) -> str | None:
-    """Why the INCOMPLETE ``folder`` cannot be resumed by a run of ``config`` on split ``key``
-    (None: it can)."""
+    """Why ``folder`` cannot be resumed by a run of ``config`` on split ``key`` (None: it can)."""
     if run_info(folder).get("split_key") != key:
         return (
             f"{folder} was split from other data or split settings (split key "
@@ -106,13 +132,15 @@ def _mismatch(folder: Path, key: str, config: Mapping[str, Any]) -> str | None:
 
 
 def _last(runs_dir: Path, name: str, key: str, config: Mapping[str, Any]) -> Path:
-    """The newest INCOMPLETE folder of experiment ``name`` run with exactly ``config``."""
+    """The newest folder of experiment ``name`` run with exactly ``config`` that was interrupted
+    or in which a model failed."""
     parent = runs_dir / "results" / safe_component(name)
-    tried = sorted(parent.glob(f"*/{INCOMPLETE}"), reverse=True) if parent.is_dir() else []
-    for mark in tried:  # folder names start with the start time: newest first
-        folder = mark.parent
-        if not (folder / RUN_INFO).is_file() or is_complete(folder):
-            continue
+    tried = (
+        [f for f in sorted(parent.iterdir(), reverse=True) if _resumable(f)]
+        if (parent.is_dir())
+        else []
+    )
+    for folder in tried:  # folder names start with the start time: newest first
         try:
             if _mismatch(folder, key, config) is None and (
                 _difference(_saved_config(folder).get("model"), config.get("model")) is None
@@ -121,9 +149,9 @@ def _last(runs_dir: Path, name: str, key: str, config: Mapping[str, Any]) -> Pat
         except ValueError:  # stopped before its config was written: not this run
             continue
     raise ValueError(
-        f"resume=last: no interrupted run of experiment {name!r} with this config under {parent} "
-        f"({len(tried)} INCOMPLETE folder(s) checked); name the folder (resume=FOLDER) or drop "
-        "resume"
+        f"resume=last: no interrupted run (or run with a failed model) of experiment {name!r} "
+        f"with this config under {parent} ({len(tried)} such folder(s) checked); name the "
+        "folder (resume=FOLDER) or drop resume"
     )
 
 
@@ -139,6 +167,9 @@ def resume(spec: str, runs_dir: Path, name: str, key: str, config: Mapping[str, 
         why = _mismatch(folder, key, config)
         if why:
             raise ValueError(f"resume: {why}")
+    if is_complete(folder):  # a model failed in it: the folder is being worked on again
+        mark_incomplete(folder, "resuming")
+        (folder / COMPLETE).unlink()
     stamp = str(run_info(folder).get("stamp", ""))
     started = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}"
     old_models = _saved_config(folder).get("model") or {}
@@ -149,7 +180,7 @@ def resume(spec: str, runs_dir: Path, name: str, key: str, config: Mapping[str, 
         outcome = load_model(folder, str(model)) if same else None
         if outcome is not None:
             outcome.reused_from = started
-            outcome.notes.append(f"results reused from the interrupted run started {started}")
+            outcome.notes.append(f"results reused from the run started {started}")
             reused[str(model)] = outcome
         elif (folder / str(model)).is_dir():  # unfinished, failed or changed: run again
             shutil.rmtree(folder / str(model))

@@ -64,7 +64,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_results(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     started = run_info(folder)["stamp"]
     assert re.search(
-        rf"note \(popularity\): results reused from the interrupted run started "
+        rf"note \(popularity\): results reused from the run started "
         rf"{started[:4]}-{started[4:6]}-{started[6:8]} {started[9:11]}:",
         done.stdout,
     ), done.stdout
@@ -191,7 +191,7 @@ def test_last_finds_only_a_run_of_the_same_command(cut_short: Path) -> None:
     same = _cfg(runs, "model=[item_knn,popularity]", "progress=true", "debug=true")
     assert resume("last", runs, "offline-eval", _key(cut_short), _plain(same)).folder == cut_short
     other = _cfg(runs, "model=[popularity]")
-    with pytest.raises(ValueError, match=r"resume=last: no interrupted run .* \(1 INCOMPLETE"):
+    with pytest.raises(ValueError, match=r"resume=last: no interrupted run .* \(1 such folder"):
         resume("last", runs, "offline-eval", _key(cut_short), _plain(other))
 
 
@@ -200,7 +200,9 @@ def test_folders_that_cannot_be_resumed_are_refused_before_the_data_is_read(
 ) -> None:
     (cut_short / COMPLETE).write_text("completed\n")
     (cut_short / INCOMPLETE).unlink()
-    with pytest.raises(ValueError, match=r"is COMPLETE, nothing to resume .*harness\.log"):
+    with pytest.raises(
+        ValueError, match=r"is COMPLETE with every model ok, nothing to resume .*harness\.log"
+    ):
         check_folder(str(cut_short))
     with pytest.raises(ValueError, match="is not a results folder"):
         check_folder(str(tmp_path / "nowhere"))
@@ -240,3 +242,36 @@ def test_run_json_records_what_was_reused_once_the_models_ran(cut_short: Path) -
     assert run_info(cut_short)["id"] != before  # record.json exists: MLflow may hold old runs
     record_resumption(cut_short, {"item_knn": taken.reused["item_knn"]})
     assert run_info(cut_short)["resumed"][1]["reused"] == ["item_knn"]
+
+
+def test_a_finished_run_with_a_failed_model_reruns_only_that_model(tmp_path: Path) -> None:
+    """Exit 1 with a failed model, the line saying how to rerun it; resumed with the model
+    fixed (here: another class), only it runs, and the folder is COMPLETE again."""
+    broken = "+model.mine._target_=plugins.models.FailsToFit"
+    first = CLI.run(tmp_path, *RUN[:2], "model=[popularity]", broken, "tracking=none")
+    assert first.returncode == 1, first.stderr
+    (folder,) = (tmp_path / "runs" / "results" / "offline-eval").iterdir()
+    assert (folder / COMPLETE).exists()
+    hint = "note: 1 model(s) failed (mine); once fixed, run only them with the same command and "
+    assert f"{hint}resume={folder.relative_to(tmp_path)}" in first.stderr.splitlines()
+    fixed = "+model.mine._target_=plugins.models.MostRecent"
+    again = CLI.run(
+        tmp_path, *RUN[:2], "model=[popularity]", fixed, "tracking=none", f"resume={folder}"
+    )
+    assert again.returncode == 0, again.stderr
+    assert "note (popularity): results reused from the run started" in again.stdout
+    assert (folder / COMPLETE).exists() and not (folder / INCOMPLETE).exists()
+    assert run_info(folder)["resumed"][0] | {"at": ""} == {
+        "at": "",
+        "reused": ["popularity"],
+        "rerun": ["mine"],
+    }
+    summary = pd.read_csv(folder / "summary.csv", index_col="model")
+    assert list(summary.index) == ["popularity", "mine"] and summary.notna().all().all()
+    assert json.loads((folder / "mine" / "result.json").read_text())["ok"]
+    assert not (folder / "mine" / "error.txt").exists()
+    refused = CLI.run(
+        tmp_path, *RUN[:2], "model=[popularity]", fixed, "tracking=none", f"resume={folder}"
+    )
+    assert refused.returncode == 2
+    assert "is COMPLETE with every model ok, nothing to resume" in refused.stderr

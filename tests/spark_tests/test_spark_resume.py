@@ -88,7 +88,7 @@ def test_interrupted_spark_run_resumes_to_the_uninterrupted_results(
 
     done = harness_cli.run(cwd, *RUN, "tracking=none", "resume=last", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "note (popularity): results reused from the interrupted run started" in done.stdout
+    assert "note (popularity): results reused from the run started" in done.stdout
     assert "note (item_knn)" not in done.stdout
     assert (folder / COMPLETE).exists() and not (folder / INCOMPLETE).exists()
     assert run_info(folder)["resumed"][0]["reused"] == ["popularity"]
@@ -115,7 +115,7 @@ def test_interrupted_spark_run_resumes_to_the_uninterrupted_results(
     report = [(f / "report.md").read_text().splitlines() for f in (reference, folder)]
     changed = [x for x in difflib.ndiff(*report) if x[:2] in ("- ", "+ ")]
     expected = ["- **Experiment:** ", "+ **Experiment:** ", "- resume: null", "+ resume: last"]
-    expected.append("+ - popularity: results reused from the interrupted run started ")
+    expected.append("+ - popularity: results reused from the run started ")
     assert len(changed) == len(expected), changed
     assert all(x.startswith(e) for x, e in zip(changed, expected, strict=True)), changed
     verdict = [x for x in plain.stdout.splitlines() if "gate" in x or "ΔGSB" in x]
