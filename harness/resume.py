@@ -135,11 +135,8 @@ def _last(runs_dir: Path, name: str, key: str, config: Mapping[str, Any]) -> Pat
     """The newest folder of experiment ``name`` run with exactly ``config`` that was interrupted
     or in which a model failed."""
     parent = runs_dir / "results" / safe_component(name)
-    tried = (
-        [f for f in sorted(parent.iterdir(), reverse=True) if _resumable(f)]
-        if (parent.is_dir())
-        else []
-    )
+    folders = sorted(parent.iterdir(), reverse=True) if parent.is_dir() else []
+    tried = [folder for folder in folders if _resumable(folder)]
     for folder in tried:  # folder names start with the start time: newest first
         try:
             if _mismatch(folder, key, config) is None and (
