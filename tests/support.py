@@ -122,6 +122,25 @@ class HarnessCli:
             env=self.env(**(env or {})),
         )
 
+    def stopped_at(
+        self, cwd: Path, stage: str, sig: int, *args: str, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run until it pauses at ``stage`` (``HARNESS_TEST_PAUSE_AT``), send ``sig``, and return
+        how it ended (stderr: the lines after the pause)."""
+        proc = self.start(cwd, *args, env={"HARNESS_TEST_PAUSE_AT": stage})
+        assert proc.stderr is not None
+        before = []
+        for line in proc.stderr:
+            before.append(line)
+            if line.strip() == f"harness: paused at {stage}":
+                break
+        else:
+            proc.wait()
+            raise AssertionError(f"never paused at {stage!r}:\n{''.join(before)}")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
 
 @dataclass(frozen=True)
 class QuickRun:

@@ -41,14 +41,9 @@ def test_interrupted_run_resumes_to_the_uninterrupted_results(tmp_path: Path) ->
     (reference,) = (tmp_path / "plain" / "runs" / "results" / "offline-eval").iterdir()
 
     cwd = tmp_path / "cut"
-    proc = CLI.start(cwd, *RUN, "tracking=local", env={"HARNESS_TEST_PAUSE_AT": "model item_knn"})
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if line.strip() == "harness: paused at model item_knn":
-            break
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    stopped = CLI.stopped_at(cwd, "model item_knn", signal.SIGINT, *RUN, "tracking=local")
+    err = stopped.stderr
+    assert stopped.returncode == 130, err
     (folder,) = (cwd / "runs" / "results" / "offline-eval").iterdir()
     line = next(x for x in err.splitlines() if x.startswith("error:"))
     assert "during model item_knn" in line

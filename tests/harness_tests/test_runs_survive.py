@@ -62,13 +62,9 @@ def _interrupted(
 ) -> tuple[str, str]:
     """Run the quick experiment (local tracking) with ``overrides``, send ``sig`` once it pauses
     at ``stage``, check it exits with ``exit_code``; return its stdout and its one error line."""
-    pause = {"HARNESS_TEST_PAUSE_AT": stage}
-    proc = CLI.start(cwd, *QUICK, "tracking=local", *overrides, env=pause)
-    _wait_paused(proc, stage)
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == exit_code, err
-    return out, _one_error_line(err)
+    stopped = CLI.stopped_at(cwd, stage, sig, *QUICK, "tracking=local", *overrides)
+    assert stopped.returncode == exit_code, stopped.stderr
+    return stopped.stdout, _one_error_line(stopped.stderr)
 
 
 def _one_error_line(stderr: str) -> str:

@@ -63,18 +63,11 @@ def test_interrupted_spark_run_resumes_to_the_uninterrupted_results(
     (reference,) = (tmp_path / "plain" / "runs" / "results" / "offline-eval").iterdir()
 
     cwd = tmp_path / "cut"
-    proc = harness_cli.start(
-        cwd, *RUN, "tracking=none", env={"HARNESS_TEST_PAUSE_AT": "model item_knn"}
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if line.strip() == "harness: paused at model item_knn":
-            break
     # Ctrl-C: PySpark installs its own SIGINT handler, which the harness puts back its own
     # over (else a traceback and exit -2 instead of the one-line stop below)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
+    stopped = harness_cli.stopped_at(cwd, "model item_knn", signal.SIGINT, *RUN, "tracking=none")
+    err = stopped.stderr
+    assert stopped.returncode == 130, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     (folder,) = (cwd / "runs" / "results" / "offline-eval").iterdir()
     line = next(x for x in err.splitlines() if x.startswith("error:"))
