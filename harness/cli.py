@@ -41,6 +41,7 @@ from harness.compare import (
     read_labels,
 )
 from harness.compare.sizing import format_sizing, sizing_notes, sizing_of
+from harness.data import _first_line
 from harness.datasets import load_dataset
 from harness.errors import DataError
 from harness.experiment import (
@@ -673,9 +674,7 @@ def main(cfg: DictConfig) -> None:
         _failed(_os_error(err, str(cfg.runs_dir)))
         code = EXIT_BAD_INPUT
     except Exception as err:  # a bug: its traceback follows, the folder says what is kept
-        _failed(
-            f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-        )
+        _failed(f"{type(err).__name__}: {_first_line(err)}")
         raise
     finally:
         for sig, handler in handlers.items():

@@ -46,28 +46,25 @@ class Resumed:
     reused: dict[str, ModelOutcome]
 
 
-def finished(folder: Path) -> list[str]:
-    """The models of ``folder`` whose results are whole (their ``result.json`` says ok)."""
-    names = []
+def _statuses(folder: Path) -> dict[str, object]:
+    """Each model of ``folder`` with a readable ``result.json``: its ``ok`` (None if absent)."""
+    found = {}
     for path in sorted(Path(folder).glob("*/result.json")):
         try:
-            if json.loads(path.read_text()).get("ok"):
-                names.append(path.parent.name)
+            found[path.parent.name] = json.loads(path.read_text()).get("ok")
         except (OSError, ValueError):
             continue
-    return names
+    return found
+
+
+def finished(folder: Path) -> list[str]:
+    """The models of ``folder`` whose results are whole (their ``result.json`` says ok)."""
+    return [name for name, ok in _statuses(folder).items() if ok is True]
 
 
 def failed(folder: Path) -> list[str]:
     """The models of ``folder`` that failed (their ``result.json`` says not ok)."""
-    names = []
-    for path in sorted(Path(folder).glob("*/result.json")):
-        try:
-            if not json.loads(path.read_text()).get("ok", True):
-                names.append(path.parent.name)
-        except (OSError, ValueError):
-            continue
-    return names
+    return [name for name, ok in _statuses(folder).items() if ok is False]
 
 
 def _resumable(folder: Path) -> bool:
