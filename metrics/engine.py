@@ -505,8 +505,8 @@ def _int_fingerprints(ids: np.ndarray) -> np.ndarray:
     """:func:`_fingerprints` of int64 ids: the high half of each id times an odd constant (ids
     that differ in their high bits only still mostly differ)."""
     out = np.empty(len(ids), np.uint32)
-    for lo in range(0, len(ids), _FP_ROWS):
-        word = ids[lo : lo + _FP_ROWS].view(np.uint64) * _FP_MUL
+    for lo in range(0, len(ids), _FP_ROWS):  # int32 keys (categorical ids) widened per slice
+        word = ids[lo : lo + _FP_ROWS].astype(np.int64, copy=False).view(np.uint64) * _FP_MUL
         out[lo : lo + len(word)] = word.view(np.uint32)[1::2]
     return out
 
@@ -693,6 +693,7 @@ class Prepared:
     counts: dict[str, int] = field(default_factory=dict)
     depth: int | None = None  # lists cut to the rows that can reach a top-`depth` list
     run_every_item: np.ndarray | pa.ChunkedArray | None = None  # when lists are cut
+    every_are_keys: bool = False  # run_every_item holds item keys (categorical ids), not ids
     user_rank: np.ndarray | None = None  # the users' numbers in q_keys (None: their index)
 
     def item_ids(self, keys: np.ndarray) -> np.ndarray:
@@ -703,7 +704,8 @@ class Prepared:
         """The distinct ids of every run item (cut lists included)."""
         every = self.run_every_item
         if isinstance(every, np.ndarray):
-            return np.sort(pd.unique(every))
+            distinct = np.sort(pd.unique(every))
+            return self.item_ids(distinct) if self.every_are_keys else distinct
         if every is not None:
             return np.asarray(pc.unique(every).to_numpy(zero_copy_only=False), object)
         return self.item_ids(sorted_distinct(self.run_items))
@@ -730,7 +732,9 @@ def prepare(
     # distinct ids, computed without turning the column into Python objects). With ``depth``,
     # run items are keyed only in the rows that can reach a top-``depth`` list.
     every: np.ndarray | pa.ChunkedArray | None = None  # every run item id, for the cut
-    if depth is not None:
+    # categorical items are cut on their keys (codes linked to the truth's ids: int speed)
+    coded_items = depth is not None and isinstance(run["item"].dtype, pd.CategoricalDtype)
+    if depth is not None and not coded_items:
         every = run["item"].to_numpy(dtype=np.int64) if items_int else _cut_strings(run["item"])
     n = workers(len(run))
     with ThreadPoolExecutor(n) if n > 1 else nullcontext() as pool:
@@ -745,12 +749,14 @@ def prepare(
                 )
             order, group_start, group_ids = _merge_blocks(group_start, group_ids)
         if depth is not None and int(np.diff(group_start).max(initial=0)) <= depth:
-            every = None  # no list is longer than the cut: nothing to leave out
+            every, coded_items = None, False  # no list is longer than the cut: nothing to leave
         if every is None:
             q_item, r_item, item_values, offset, span = _item_keys(
                 qrels["item"], run["item"], items_int, options.id_order, n_truth, pool
             )
-            if order is not None:
+            if coded_items:
+                every = r_item  # keys in row order, decoded by item_values
+            elif order is not None:
                 r_item = r_item[order]
         elif not items_int:
             q_coded = _codes(qrels["item"], pool)
@@ -775,11 +781,13 @@ def prepare(
             rows_of = (lambda p: p) if order is None else (lambda p: order[p])
             ids = every  # bound for the closure below (mypy narrows ``every`` only here)
 
+            decode = item_values if coded_items else None  # keys' ids (``every`` holds keys)
+
             def text(positions: np.ndarray) -> pa.Array:
                 """The run item ids at (grouped) row ``positions``, as an Arrow array."""
                 rows = rows_of(positions)
                 if isinstance(ids, np.ndarray):
-                    return pa.array(ids[rows])
+                    return pa.array(ids[rows] if decode is None else decode[ids[rows]])
                 index = pa.array(rows)
                 if ids.num_chunks == 1:  # a chunked take's result costs a copy to combine
                     return ids.chunk(0).take(index)
@@ -809,7 +817,9 @@ def prepare(
                 options.id_order if items_int else "natural",
                 pool,
             )
-            if isinstance(ids, np.ndarray):
+            if coded_items:  # keys as they are (q_item, item_values: from _item_keys above)
+                r_item = ids[rows_of(kept)]
+            elif isinstance(ids, np.ndarray):
                 q_item, r_item, item_values, offset, span = _int_item_keys(
                     qrels["item"].to_numpy(dtype=np.int64),
                     ids[rows_of(kept)],
@@ -884,6 +894,7 @@ def prepare(
         counts=counts,
         depth=None if every is None else depth,
         run_every_item=every,
+        every_are_keys=coded_items,
         user_rank=rank,
     )
 

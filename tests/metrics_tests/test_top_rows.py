@@ -33,8 +33,9 @@ SETTINGS = settings(
 
 CUT = ["precision@1", "precision@3", "recall@3", "ndcg@3", "mrr@3", "map@3", "hit_rate@2"]
 CATALOG = ["coverage@3", "gini@3"]  # the default catalog counts every run item, cut or not
-#: run id columns that take the cut (object and Python strings via one conversion to Arrow)
-CUT_KINDS = ["str", "arrow", "object", "python"]
+#: run id columns that take the cut (object and Python strings via one conversion to Arrow,
+#: categoricals on their codes linked to the truth's ids)
+CUT_KINDS = ["str", "arrow", "object", "python", "category", "category_shuffled"]
 TABLES = tables(ids=LONG_IDS, max_items=14, max_users=5)
 
 
@@ -225,6 +226,19 @@ def test_object_ids_take_the_cut():
     prep = prepare(q, r, Options(), depth=1)
     assert prep.depth == 1 and list(prep.item_ids(prep.run_items)) == ["c"]
     assert sorted(prep.run_item_ids()) == ["a", "b", "c"]
+
+
+def test_categorical_ids_take_the_cut_on_their_codes():
+    # categories in an order unlike the ids' (and one, "z", in no row): keys rank the ids
+    q = pd.DataFrame({"user": ["u"], "item": ["a"], "relevance": [1]})
+    items = pd.Categorical(["c", "a", "b", "b"], categories=["z", "c", "b", "a"])
+    r = pd.DataFrame({"user": ["u", "u", "u", "v"], "item": items, "score": [3.0, 2.0, 1.0, 0.0]})
+    prep = prepare(q, r, Options(), depth=1)
+    assert prep.depth == 1 and list(prep.item_ids(prep.run_items)) == ["c"]
+    assert sorted(prep.run_item_ids()) == ["a", "b", "c"]
+    dup = r.assign(item=pd.Categorical(["b", "a", "b", "b"], categories=["z", "c", "b", "a"]))
+    with pytest.raises(ValueError, match="user 'u', item 'b' appears more than once"):
+        prepare(q, dup, Options(), depth=1)
 
 
 def _threaded_tables(seed: int, grouped: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
