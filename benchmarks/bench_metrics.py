@@ -4,10 +4,10 @@ pytrec_eval on the same DataFrames.
 Every (tool, ids, size) cell runs in a fresh subprocess that builds the same seeded DataFrames,
 resets the kernel's peak-RSS counter, then times the tool: peak memory is the growth over the
 data alone. Ids: `int` (int64, dense from 0), `int64` (the same ids spread over 64 bits, as
-hashed ids are), `str` (pandas 3's Arrow-backed `str`, what users have), `category` and
-`object` (Python strings). String ids are `u<n>` / `i<n>`, so they sort unlike
-the numbers; scores are random floats, so no tie decides a number and every id type must give
-the same values (the `max |diff|` column).
+hashed ids are), `str` (pandas 3's Arrow-backed `str`: `u<n>` / `i<n>`, which sort unlike the
+numbers), `uuid` (36-character random UUIDs as `str`, the common production id), `category` and
+`object` (Python strings). Scores are random floats, so no tie decides a number and every id
+type must give the same values (the `max |diff|` column).
 
     python benchmarks/bench_metrics.py                 # 10k, 100k, 1M users x 100 candidates
     python benchmarks/bench_metrics.py --sizes 10000   # quick look
@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -33,13 +34,13 @@ import pyarrow as pa
 METRICS = ["ndcg@10", "map@10", "precision@10", "recall@10", "mrr@10"]
 CANDIDATES = 100
 N_ITEMS = 50_000
-IDS = ("int", "int64", "str", "category", "object")
+IDS = ("int", "int64", "str", "uuid", "category", "object")
 
 
 def make_data(n_users: int, seed: int = 0, ids: str = "int") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Seeded run (n_users x 100 scored candidates) and qrels (1-10 relevant items per user,
-    about half of them among the candidates), with ``ids`` of type int, int64, str, category or
-    object (the same users and items in every type)."""
+    about half of them among the candidates), with ``ids`` of type int, int64, str, uuid,
+    category or object (the same users and items in every type)."""
     qrels, run = _int_data(n_users, seed)
     if ids == "int":
         return qrels, run
@@ -51,8 +52,12 @@ def make_data(n_users: int, seed: int = 0, ids: str = "int") -> tuple[pd.DataFra
             for df in (qrels, run):
                 df[col] = numbers[df[col].to_numpy()]
         return qrels, run
-    users = pa.array([f"u{u}" for u in range(n_users)], pa.large_string())
-    items = pa.array([f"i{i}" for i in range(N_ITEMS)], pa.large_string())
+    if ids == "uuid":  # seeded random UUIDs: 36 characters each
+        rng = np.random.default_rng(seed + 2)
+        users, items = _uuids(n_users, rng), _uuids(N_ITEMS, rng)
+    else:
+        users = pa.array([f"u{u}" for u in range(n_users)], pa.large_string())
+        items = pa.array([f"i{i}" for i in range(N_ITEMS)], pa.large_string())
 
     def convert(codes: pd.Series, names: pa.Array) -> pd.Series | pd.Categorical:
         if ids == "category":
@@ -60,12 +65,22 @@ def make_data(n_users: int, seed: int = 0, ids: str = "int") -> tuple[pd.DataFra
         text = pd.array(names.take(pa.array(codes.to_numpy())), dtype="str")  # no Python objects
         # an object column stays object only as a Series of that dtype (pandas 3 infers `str`
         # from an object array of strings)
-        return text if ids == "str" else pd.Series(np.asarray(text, dtype=object), dtype=object)
+        if ids != "object":
+            return text
+        return pd.Series(np.asarray(text, dtype=object), dtype=object)
 
     for df in (qrels, run):
         df["user"] = convert(df["user"], users)
         df["item"] = convert(df["item"], items)
     return qrels, run
+
+
+def _uuids(n: int, rng: np.random.Generator) -> pa.Array:
+    """``n`` distinct random UUIDs as Arrow strings."""
+    raw = rng.bytes(16 * n)
+    text = [str(uuid.UUID(bytes=raw[i : i + 16])) for i in range(0, 16 * n, 16)]
+    assert len(set(text)) == n
+    return pa.array(text, pa.large_string())
 
 
 def _int_data(n_users: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
