@@ -6,8 +6,9 @@ the default split, metrics, comparison and report, tracking to a new local sqlit
 are synthetic events with ``events / 20`` users and 50,000 items (10M events: 500k users).
 
 - ``synthetic``: ``dataset=synthetic`` (the data is generated in the run: load = generation);
-- ``int`` / ``str``: the same events from a Parquet file (``dataset=file``) with integer ids or
-  with text ids (``u00012345``, ``i00042``; pandas reads them as Arrow-backed ``str``).
+- ``int`` / ``str`` / ``uuid``: the same events from a Parquet file (``dataset=file``) with
+  integer ids, short text ids (``u00012345``, ``i00042``) or random 36-character UUIDs (pandas
+  reads text as Arrow-backed ``str``).
 
 ``--repeats F``: a share F of the file's events are a user's repeat of an earlier event (same
 user and item, a later time), as click and purchase logs have; synthetic events never repeat a
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +62,16 @@ def _write_events(events: int, ids: str, folder: Path, repeats: float = 0.0) -> 
         frame = pd.concat([frame, copies], ignore_index=True)
         # a copy can land on the time of another copy of its event: events stay distinct
         frame = frame.drop_duplicates(["user", "item", "timestamp"], ignore_index=True)
-    if ids == "str":
-        users = np.char.add("u", np.char.zfill(np.arange(events // 20).astype(str), 8))
-        items = np.char.add("i", np.char.zfill(np.arange(ITEMS).astype(str), 5))
+    if ids in ("str", "uuid"):
+        if ids == "str":
+            users = np.char.add("u", np.char.zfill(np.arange(events // 20).astype(str), 8))
+            items = np.char.add("i", np.char.zfill(np.arange(ITEMS).astype(str), 5))
+        else:
+            rng = np.random.default_rng(2)
+            users, items = (
+                np.array([str(uuid.UUID(bytes=rng.bytes(16))) for _ in range(n)])
+                for n in (events // 20, ITEMS)
+            )
         frame = frame.assign(
             user=pd.array(users[frame["user"].to_numpy()], dtype="str"),
             item=pd.array(items[frame["item"].to_numpy()], dtype="str"),
