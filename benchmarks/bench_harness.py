@@ -8,7 +8,8 @@ are synthetic events with ``events / 20`` users and 50,000 items (10M events: 50
 - ``synthetic``: ``dataset=synthetic`` (the data is generated in the run: load = generation);
 - ``int`` / ``str`` / ``uuid``: the same events from a Parquet file (``dataset=file``) with
   integer ids, short text ids (``u00012345``, ``i00042``) or random 36-character UUIDs (pandas
-  reads text as Arrow-backed ``str``).
+  reads text as Arrow-backed ``str``). Text ids sort as the integers do, so tied scores break
+  the same way and every id type must give the same numbers.
 
 ``--repeats F``: a share F of the file's events are a user's repeat of an earlier event (same
 user and item, a later time), as click and purchase logs have; synthetic events never repeat a
@@ -67,9 +68,11 @@ def _write_events(events: int, ids: str, folder: Path, repeats: float = 0.0) -> 
             users = np.char.add("u", np.char.zfill(np.arange(events // 20).astype(str), 8))
             items = np.char.add("i", np.char.zfill(np.arange(ITEMS).astype(str), 5))
         else:
+            # sorted, so id i gets the i-th smallest: ties break as with the integers and
+            # every number must equal the integer run's
             rng = np.random.default_rng(2)
             users, items = (
-                np.array([str(uuid.UUID(bytes=rng.bytes(16))) for _ in range(n)])
+                np.sort([str(uuid.UUID(bytes=rng.bytes(16))) for _ in range(n)])
                 for n in (events // 20, ITEMS)
             )
         frame = frame.assign(
