@@ -12,6 +12,7 @@ type must give the same values (the `max |diff|` column).
     python benchmarks/bench_metrics.py                 # 10k, 100k, 1M users x 100 candidates
     python benchmarks/bench_metrics.py --sizes 10000   # quick look
     python benchmarks/bench_metrics.py --peers-max 1000000   # also try the peers at 1M (slow, OOM)
+    python benchmarks/bench_metrics.py --paired str uuid category   # int alternated with each
 
 Needs the `bench` extra for the peers: pip install -e ".[bench]".
 """
@@ -266,6 +267,55 @@ def cell(tool: str, ids: str, n_users: int, repeat: int) -> dict[str, object]:
     return out
 
 
+def paired_cell(ids: str, n_users: int, rounds: int) -> dict[str, object]:
+    """``ours`` on int and on ``ids`` tables of the same data, alternated ``rounds`` times in this
+    one process: each round's ratio compares runs seconds apart in the same memory, which
+    separate processes (each with its own page placement) do not."""
+    tables = {kind: make_data(n_users, ids=kind) for kind in ("int", ids)}
+    run_ours(*make_data(1000, ids=ids))  # imports and first-call costs outside the timing
+    cpu: dict[str, list[float]] = {"int": [], ids: []}
+    wall: dict[str, list[float]] = {"int": [], ids: []}
+    for _ in range(rounds):
+        for kind in ("int", ids):
+            t0, c0 = time.perf_counter(), time.process_time()
+            run_ours(*tables[kind])
+            wall[kind].append(time.perf_counter() - t0)
+            cpu[kind].append(time.process_time() - c0)
+    return {"ids": ids, "users": n_users, "cpu": cpu, "wall": wall}
+
+
+def _paired_rows(sizes: list[int], kinds: list[str], rounds: int, timeout: float) -> None:
+    """Print the paired ratios (median over rounds; the range of the rounds' own ratios)."""
+    print(f"paired: int and each id type alternated {rounds} times in one process (CPU s)")
+    head = ("users", "ids", "int CPU s", "ids CPU s", "CPU ratio", "rounds' ratios", "wall ratio")
+    rows: list[tuple[object, ...]] = []
+    for n in sizes:
+        for kind in kinds:
+            cmd = [sys.executable, __file__, "--paired-cell", kind, str(n), str(rounds)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            if proc.returncode != 0:
+                rows.append((n, kind, "error", proc.stderr.strip()[-80:], "", "", ""))
+                continue
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            c_int, c_ids = np.array(r["cpu"]["int"]), np.array(r["cpu"][kind])
+            w_int, w_ids = np.array(r["wall"]["int"]), np.array(r["wall"][kind])
+            each = c_ids / c_int
+            rows.append(
+                (
+                    n,
+                    kind,
+                    f"{np.median(c_int):.2f}",
+                    f"{np.median(c_ids):.2f}",
+                    f"{np.median(c_ids) / np.median(c_int):.2f}x",
+                    f"{each.min():.2f}-{each.max():.2f}x",
+                    f"{np.median(w_ids) / np.median(w_int):.2f}x",
+                )
+            )
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)))
+
+
 def measure(tool: str, ids: str, n_users: int, timeout: float, repeat: int) -> dict[str, object]:
     cmd = [sys.executable, __file__, "--cell", tool, ids, str(n_users), str(repeat)]
     try:
@@ -365,8 +415,23 @@ def main() -> None:
     )
     p.add_argument("--repeat", type=int, default=3, help="runs of ours per cell (fastest kept)")
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument(
+        "--paired",
+        nargs="+",
+        metavar="IDS",
+        help="instead of the table: int and each of these id types alternated in one process",
+    )
+    p.add_argument("--rounds", type=int, default=5, help="alternations per --paired cell")
     p.add_argument("--cell", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--paired-cell", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.paired_cell:
+        ids, n, rounds = args.paired_cell
+        print(json.dumps(paired_cell(ids, int(n), int(rounds))))
+        return
+    if args.paired:
+        _paired_rows(args.sizes, args.paired, args.rounds, args.timeout)
+        return
     if args.cell:
         tool, ids, n, repeat = args.cell
         print(json.dumps(cell(tool, ids, int(n), int(repeat)), default=float))
