@@ -24,7 +24,7 @@ from metrics.checks import require_columns, require_frame
 from metrics.judged import Judged, gain_of
 from metrics.options import Options
 from metrics.sets import distinct as sorted_distinct
-from metrics.sets import member
+from metrics.sets import member, tied_sort
 from metrics.topk import PAD_KEY, top_k
 
 __all__ = ["Batch", "Prepared", "prepare", "validate_qrels", "validate_run"]
@@ -313,14 +313,9 @@ def _string_order(values: pa.Array) -> np.ndarray:
     tail_words = np.ndarray((9,), ">u8", tail, strides=(1,))
     key[inside:] = tail_words[np.minimum(start[inside:] - edge, 8)]
     key &= np.take(_FP_KEEP, length, mode="clip")  # the string's own bytes (at most 8)
-    order = np.argsort(key)
-    ranked = key[order]
-    tie = ranked[1:] == ranked[:-1]
-    if not tie.any():
+    order, at, run = tied_sort(key)
+    if not at.size:
         return order
-    first = np.r_[True, ~tie]
-    at = np.flatnonzero(~(first & np.r_[~tie, True]))  # sorted positions in runs of equal keys
-    run = np.cumsum(first)[at]
     rows = order[at]
     same_run = run[1:] == run[:-1]
     size = length[rows]

@@ -49,3 +49,18 @@ def member(values: np.ndarray, of: np.ndarray) -> np.ndarray:
     np.minimum(at, len(keys) - 1, out=at)
     out[order] = keys[at] == queries
     return out.reshape(values.shape)
+
+
+def tied_sort(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.argsort(key)`` and where it leaves ties, for callers that then order tied rows by
+    something finer: (order, the positions in ``order`` of rows that share their key with a
+    neighbour, each such position's run number, rising). No ties: two empty arrays."""
+    order = np.argsort(key)
+    ranked = key[order]
+    tie = ranked[1:] == ranked[:-1]
+    if not tie.any():
+        empty = np.zeros(0, np.int64)
+        return order, empty, empty
+    first = np.r_[True, ~tie]
+    at = np.flatnonzero(~(first & np.r_[~tie, True]))
+    return order, at, np.cumsum(first)[at]

@@ -51,6 +51,7 @@ from harness.data import ITEM, USER, IdentityCache, id_codes
 from harness.models.sparse_topk import row_spans, sparse_topk
 from metrics.checks import require_columns, require_int
 from metrics.scores import AucCounts, matrix_auc_counts, pooled_wins2
+from metrics.sets import tied_sort
 
 __all__ = [
     "PAD_ITEM_INT",
@@ -668,15 +669,9 @@ def _rank_order(owner: np.ndarray, items: np.ndarray, scores: np.ndarray) -> np.
     negative = (bits >> np.uint64(63)).astype(bool)
     down = np.where(negative, bits, ~bits & np.uint64(2**63 - 1))
     key = (owner.astype(np.int64) << free) | (down >> np.uint64(64 - free)).astype(np.int64)
-    order = np.argsort(key)
-    ranked = key[order]
-    tie = ranked[1:] == ranked[:-1]
-    if not tie.any():
+    order, at, run = tied_sort(key)
+    if not at.size:
         return order
-    starts = np.r_[True, ~tie]
-    shared = ~(starts & np.r_[~tie, True])  # positions in a run of equal keys
-    at = np.flatnonzero(shared)
-    run = np.cumsum(starts)[at]
     rows = order[at]
     exact = down[rows]
     same = (exact[1:] == exact[:-1]) | (run[1:] != run[:-1])
