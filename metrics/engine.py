@@ -743,7 +743,7 @@ class Prepared:
     counts: dict[str, int] = field(default_factory=dict)
     depth: int | None = None  # lists cut to the rows that can reach a top-`depth` list
     run_every_item: np.ndarray | pa.ChunkedArray | None = None  # when lists are cut
-    every_are_keys: bool = False  # run_every_item holds item keys (categorical ids), not ids
+    every_keys: np.ndarray | None = None  # item key of each run_every_item code (categoricals)
     user_rank: np.ndarray | None = None  # the users' numbers in q_keys (None: their index)
 
     def item_ids(self, keys: np.ndarray) -> np.ndarray:
@@ -755,7 +755,7 @@ class Prepared:
         every = self.run_every_item
         if isinstance(every, np.ndarray):
             distinct = np.sort(pd.unique(every))
-            return self.item_ids(distinct) if self.every_are_keys else distinct
+            return distinct if self.every_keys is None else self.item_ids(self.every_keys[distinct])
         if every is not None:
             return np.asarray(pc.unique(every).to_numpy(zero_copy_only=False), object)
         return self.item_ids(sorted_distinct(self.run_items))
@@ -782,8 +782,10 @@ def prepare(
     # distinct ids, computed without turning the column into Python objects). With ``depth``,
     # run items are keyed only in the rows that can reach a top-``depth`` list.
     every: np.ndarray | pa.ChunkedArray | None = None  # every run item id, for the cut
-    # categorical items are cut on their keys (codes linked to the truth's ids: int speed)
+    # categorical items are cut on their codes (int speed), each code's key found once
     coded_items = depth is not None and isinstance(run["item"].dtype, pd.CategoricalDtype)
+    code_keys: np.ndarray | None = None  # item key of each category code
+    item_values: np.ndarray | None  # decoding of item keys (None: keys are the int ids)
     if depth is not None and not coded_items:
         every = run["item"].to_numpy(dtype=np.int64) if items_int else _cut_strings(run["item"])
     n = workers(len(run))
@@ -800,13 +802,18 @@ def prepare(
             order, group_start, group_ids = _merge_blocks(group_start, group_ids)
         if depth is not None and int(np.diff(group_start).max(initial=0)) <= depth:
             every, coded_items = None, False  # no list is longer than the cut: nothing to leave
-        if every is None:
+        if coded_items:  # the categories linked to the truth's ids; the rows keep their codes
+            categories = run["item"].cat.categories
+            each = _Coded([np.arange(len(categories))], [_as_strings(categories)])
+            (q_item, code_keys), distinct = _link([_codes(qrels["item"], pool), each], pool)
+            item_values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)
+            offset, span = 0, len(item_values)
+            every = run["item"].cat.codes.to_numpy()
+        elif every is None:
             q_item, r_item, item_values, offset, span = _item_keys(
                 qrels["item"], run["item"], items_int, options.id_order, n_truth, pool
             )
-            if coded_items:
-                every = r_item  # keys in row order, decoded by item_values
-            elif order is not None:
+            if order is not None:
                 r_item = r_item[order]
         elif not items_int:
             q_coded = _codes(qrels["item"], pool)
@@ -831,7 +838,9 @@ def prepare(
             rows_of = (lambda p: p) if order is None else (lambda p: order[p])
             ids = every  # bound for the closure below (mypy narrows ``every`` only here)
 
-            decode = item_values if coded_items else None  # keys' ids (``every`` holds keys)
+            # ids of categorical codes; keys of them (for the duplicate check: ids, not codes)
+            decode = None if code_keys is None or item_values is None else item_values[code_keys]
+            keys = code_keys
 
             def text(positions: np.ndarray) -> pa.Array:
                 """The run item ids at (grouped) row ``positions``, as an Arrow array."""
@@ -847,6 +856,8 @@ def prepare(
 
                 def fp(where: slice | np.ndarray, w: int) -> np.ndarray:
                     block = _block(ids, where, w) if order is None else ids[_block(order, where, w)]
+                    if keys is not None:
+                        block = keys[block]
                     return _int_fingerprints(block.ravel()).reshape(block.shape)
 
             else:
@@ -867,8 +878,8 @@ def prepare(
                 options.id_order if items_int else "natural",
                 pool,
             )
-            if coded_items:  # keys as they are (q_item, item_values: from _item_keys above)
-                r_item = ids[rows_of(kept)]
+            if code_keys is not None:  # q_item, item_values: linked with the categories above
+                r_item = code_keys[ids[rows_of(kept)]]
             elif isinstance(ids, np.ndarray):
                 q_item, r_item, item_values, offset, span = _int_item_keys(
                     qrels["item"].to_numpy(dtype=np.int64),
@@ -944,7 +955,7 @@ def prepare(
         counts=counts,
         depth=None if every is None else depth,
         run_every_item=every,
-        every_are_keys=coded_items,
+        every_keys=code_keys if every is not None else None,
         user_rank=rank,
     )
 

@@ -241,6 +241,16 @@ def test_categorical_ids_take_the_cut_on_their_codes():
         prepare(q, dup, Options(), depth=1)
 
 
+def test_categories_with_the_same_text_are_one_id_on_the_cut():
+    # categories 1 and "1" are one id, as in the whole-list path: a user with both repeats it
+    q = pd.DataFrame({"user": ["u"], "item": ["1"], "relevance": [1]})
+    items = pd.Categorical([1, "1", "2"], categories=pd.Index([1, "1", "2"], dtype=object))
+    r = pd.DataFrame({"user": ["u"] * 3, "item": items, "score": [1.0, 0.0, 2.0]})
+    whole, cut = _outcome(q, r, ["precision@1", "auc"]), _outcome(q, r, ["precision@1"])
+    assert isinstance(whole, str) and "item '1' appears more than once" in whole
+    assert cut == whole
+
+
 def _threaded_tables(seed: int, grouped: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """300 users with 1-40 text items each (scores tie in threes), text qrels."""
     rng = np.random.default_rng(seed)
