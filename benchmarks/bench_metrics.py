@@ -32,6 +32,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _measure import print_table
+
 METRICS = ["ndcg@10", "map@10", "precision@10", "recall@10", "mrr@10"]
 CANDIDATES = 100
 N_ITEMS = 50_000
@@ -311,9 +315,7 @@ def _paired_rows(sizes: list[int], kinds: list[str], rounds: int, timeout: float
                     f"{np.median(w_ids) / np.median(w_int):.2f}x",
                 )
             )
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    for r in [head, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)))
+    print_table(head, rows)
 
 
 def measure(tool: str, ids: str, n_users: int, timeout: float, repeat: int) -> dict[str, object]:
@@ -475,9 +477,7 @@ def main() -> None:
         "CPU / ours int",
         "notes",
     )
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)))
+    print_table(header, rows)
     print(
         "\nours, time with string-like ids / time with int ids (target: CPU <= 1.30): "
         + "; ".join(ratios)

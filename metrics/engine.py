@@ -955,7 +955,7 @@ def prepare(
         counts=counts,
         depth=None if every is None else depth,
         run_every_item=every,
-        every_keys=code_keys if every is not None else None,
+        every_keys=code_keys,
         user_rank=rank,
     )
 
