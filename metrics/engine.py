@@ -534,15 +534,22 @@ def _chunk_fingerprints(chunk: pa.Array) -> np.ndarray:
         end = ends[lo + 1 : lo + 1 + _FP_ROWS]
         m = len(end)
         np.subtract(end, ends[lo : lo + m], out=length[:m])
-        if end[0] < 8:  # ends are sorted: only the first slices can end that early
-            early = int(np.searchsorted(end, 8))
-            word = np.empty(m, np.uint64)
-            word[:early] = head_words[end[:early]]
-            word[early:] = words[end[early:] - 8]
+        width = int(length[0])
+        if width >= 8 and end[0] >= 8 and (length[:m] == width).all():
+            # equally long strings (UUIDs, fixed-width codes): their last words lie ``width``
+            # bytes apart, a strided slice (3x cheaper than a gather), and need no mask
+            first = int(end[0]) - 8
+            word = words[first : first + width * (m - 1) + 1 : width].copy()
         else:
-            word = words[end - 8]
-        # np.take: numpy's fancy indexing costs 4x more; "clip" caps lengths above 8 at 8
-        word &= np.take(_FP_KEEP, length[:m], out=keep[:m], mode="clip")
+            if end[0] < 8:  # ends are sorted: only the first slices can end that early
+                early = int(np.searchsorted(end, 8))
+                word = np.empty(m, np.uint64)
+                word[:early] = head_words[end[:early]]
+                word[early:] = words[end[early:] - 8]
+            else:
+                word = words[end - 8]
+            # np.take: numpy's fancy indexing costs 4x more; "clip" caps lengths above 8 at 8
+            word &= np.take(_FP_KEEP, length[:m], out=keep[:m], mode="clip")
         word ^= length[:m].view(np.uint64)  # lengths are never negative
         word *= _FP_MUL
         # the product's high half (on a little-endian machine; either half hashes equal strings

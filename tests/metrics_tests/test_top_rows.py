@@ -137,6 +137,18 @@ def test_twins_collide_yet_are_different_ids():
     assert desc.summary["precision@1"] == 0.0
 
 
+#: lists of equally long strings (read as a strided slice), some with a shorter one among them
+FIXED_WIDTH = (
+    st.integers(6, 40)
+    .flatmap(
+        lambda w: st.lists(
+            st.text(st.characters(codec="ascii"), min_size=w, max_size=w), min_size=1, max_size=30
+        )
+    )
+    .flatmap(lambda xs: st.sampled_from([xs, [*xs[:-1], xs[-1][1:]]]))
+)
+
+
 def _naive_equal(strings: list[str]) -> np.ndarray:
     """Row pairs (i < j) holding the same string."""
     return np.array(
@@ -151,10 +163,13 @@ def _naive_equal(strings: list[str]) -> np.ndarray:
 
 @SETTINGS
 @given(
-    strings=st.lists(
-        st.one_of(LONG_IDS, st.sampled_from(["", "a", "1234567", "12345678"])),
-        min_size=1,
-        max_size=30,
+    strings=st.one_of(
+        st.lists(
+            st.one_of(LONG_IDS, st.sampled_from(["", "a", "1234567", "12345678"])),
+            min_size=1,
+            max_size=30,
+        ),
+        FIXED_WIDTH,
     ),
     cut=st.integers(0, 30),
     large=st.booleans(),
