@@ -344,7 +344,13 @@ def _link(coded: list[_Coded], pool: Executor | None) -> tuple[list[np.ndarray],
     while the distinct ids fit (half the memory and the page faults of a 100M-row key column).
     """
     values = [v for c in coded for v in c.values]
-    every = pa.concat_arrays(values)
+    # an array equal to an earlier one (truth and run listing the same users in the same
+    # order, as they usually do) is sorted once: ``same[i]``, the first array equal to ``i``
+    same = list(range(len(values)))
+    for i, v in enumerate(values):
+        same[i] = next((j for j in range(i) if same[j] == j and v.equals(values[j])), i)
+    firsts = [i for i in range(len(values)) if same[i] == i]
+    every = pa.concat_arrays([values[i] for i in firsts])
     # a sort, not a hash table: cheaper for the ~1M distinct user ids
     order = _string_order(every)
     ordered = every.take(pa.array(order))
@@ -357,7 +363,9 @@ def _link(coded: list[_Coded], pool: Executor | None) -> tuple[list[np.ndarray],
     dtype = np.int32 if n_distinct < 2**31 else np.int64
     rank = np.empty(len(ordered), dtype=dtype)
     rank[order] = np.cumsum(new, dtype=dtype) - 1
-    maps = iter(np.split(rank, np.cumsum([len(v) for v in values])[:-1]))
+    sizes = [len(values[i]) for i in firsts]
+    ranks = dict(zip(firsts, np.split(rank, np.cumsum(sizes)[:-1]), strict=True))
+    maps = iter(ranks[j] for j in same)
     keys, jobs = [], []
     for c in coded:
         out, lo = np.empty(c.rows, dtype=dtype), 0
