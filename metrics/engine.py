@@ -233,7 +233,8 @@ def _codes(series: pd.Series, pool: Executor | None, what: str | None = None) ->
     if data is not None:
         return _encode_pieces(data, pool)
     if isinstance(series.dtype, pd.CategoricalDtype):
-        return _Coded([series.cat.codes.to_numpy()], [_as_strings(series.cat.categories)])
+        # the Categorical's own codes (read-only, no copy: 100M rows cost 0.06 s to copy)
+        return _Coded([series.array.codes], [_as_strings(series.cat.categories)])
     codes, uniques = pd.factorize(series)
     if what is not None and len(codes) and codes.min() < 0:
         raise _missing_id(what, series.name, int(np.argmax(codes < 0)))
@@ -823,7 +824,7 @@ def prepare(
             (q_item, code_keys), distinct = _link([_codes(qrels["item"], pool), each], pool)
             item_values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)
             offset, span = 0, len(item_values)
-            every = run["item"].cat.codes.to_numpy()
+            every = run["item"].array.codes
         elif every is None:
             q_item, r_item, item_values, offset, span = _item_keys(
                 qrels["item"], run["item"], items_int, options.id_order, n_truth, pool
