@@ -854,9 +854,12 @@ def prepare(
             rows_of = (lambda p: p) if order is None else (lambda p: order[p])
             ids = every  # bound for the closure below (mypy narrows ``every`` only here)
 
-            # ids of categorical codes; keys of them (for the duplicate check: ids, not codes)
+            # ids of categorical codes; keys of them for the duplicate check, which compares
+            # ids: needed only when two categories are one id (1 and "1"), else codes will do
             decode = None if code_keys is None or item_values is None else item_values[code_keys]
             keys = code_keys
+            if keys is not None and len(pd.unique(keys)) == len(keys):
+                keys = None
 
             def text(positions: np.ndarray) -> pa.Array:
                 """The run item ids at (grouped) row ``positions``, as an Arrow array."""
