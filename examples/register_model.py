@@ -3,8 +3,10 @@
     python examples/register_model.py --tracking-uri sqlite:///runs/mlflow.db --name popularity-demo
 
 Fits a ``PopularityModel`` (``--model item_knn``: an ``ImplicitItemCosine``) on the synthetic data
-(``harness.synthetic.generate`` with the given sizes and seed; ``--train-cut 0.8``: only the events
-before that timestamp quantile, the training part of the harness's default ``global_time`` split),
+(``harness.synthetic.generate`` with the given sizes and seed) on the events before the
+``--train-cut`` timestamp quantile (default 0.8, the training part of the harness's default
+``global_time`` split: fitted on every event, a model that leaves out the items a user has seen
+would leave out exactly the test items and score 0),
 wraps it in ``RecommenderPyfunc``, logs it with ``mlflow.pyfunc.log_model`` into
 a new run, registers it as a new version of ``--name``, points the alias ``--alias`` (default
 ``champion``) at that version and prints the ``models:/`` URIs. Evaluate it with the harness::
@@ -104,7 +106,7 @@ def register(
         experiment_id = found.experiment_id
 
     train = generate(n_users, n_items, n_events, seed)
-    if train_cut is not None:  # fit on the training period only, as the harness's split does
+    if train_cut is not None and train_cut < 1:  # the training period, as the default split
         train = make_split(train, "global_time", cut=train_cut).train
     model = MODELS[model_kind]().fit(train)
     example = pd.DataFrame({"user": train["user"].unique()[:3], "k": np.full(3, 10)})
@@ -152,7 +154,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-events", type=int, default=60000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", choices=sorted(MODELS), default="popularity")
-    parser.add_argument("--train-cut", type=float, default=None, help="fit before this quantile")
+    parser.add_argument(
+        "--train-cut",
+        type=float,
+        default=0.8,
+        help="fit on the events before this timestamp quantile (default 0.8, the harness's "
+        "default split: the test period stays unseen; 1 fits on every event)",
+    )
     parser.add_argument("--alias", default=ALIAS, help="alias pointed at the new version")
     args = parser.parse_args(argv)
     out = register(
