@@ -670,9 +670,7 @@ def _report(
         run_ids={pair.baseline: runs[0].info.run_id, pair.candidate: runs[1].info.run_id},
         verdict_text=verdict,
     )
-    written = write_report(ctx, out)
-    pair.table.to_csv(out / "comparison.csv", index=False)
-    return Path(written["html"])
+    return Path(write_report(ctx, out)["html"])
 
 
 def _log(

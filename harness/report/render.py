@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import jinja2
+import pandas as pd
 from markupsafe import Markup
 
 from harness.gate import DECISIONS
@@ -146,10 +147,12 @@ def render_markdown(ctx: ReportContext, image_dir: Path | None = None) -> str:
 
 
 def write_report(ctx: ReportContext, folder: Path) -> dict[str, Path]:
-    """Write ``report.html``, ``report.md`` and ``report_files/*.png`` into ``folder``.
+    """Write ``report.html``, ``report.md``, ``report_files/*.png`` and, when models were
+    compared, ``comparison.csv`` (every pair's table, one row per segment × metric) into
+    ``folder``.
 
     Returns ``{"html": …, "markdown": …, "md": <the same>, "images": <report_files>}`` plus
-    one ``"image:<file name>"`` entry per plot.
+    ``"comparison"`` when written and one ``"image:<file name>"`` entry per plot.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -165,5 +168,9 @@ def write_report(ctx: ReportContext, folder: Path) -> dict[str, Path]:
         "md": md_path,
         "images": image_dir,
     }
+    if ctx.pairs:
+        tables = [p.table.assign(baseline=p.baseline, candidate=p.candidate) for p in ctx.pairs]
+        out["comparison"] = folder / "comparison.csv"
+        pd.concat(tables, ignore_index=True).to_csv(out["comparison"], index=False)
     out.update({f"image:{name}": path for name, path in written.items()})
     return out

@@ -130,6 +130,15 @@ def test_run_exits_0_and_writes_results(local: LocalRuns) -> None:
     assert list(table.index) == list(MODELS)
     assert list(table.columns) == list(METRICS)
     assert table.notna().all(axis=None)
+    # every pair's comparison table: its means on all users are the summary's numbers
+    compared = pd.read_csv(folder / "comparison.csv")
+    assert set(compared["baseline"]) == {"popularity"}
+    assert set(compared["candidate"]) == {"random", "item_knn"}
+    whole = compared[(compared["segment"] == "all") & (compared["dropped"] == 0)]
+    assert set(whole["metric"]) >= {"ndcg@10", "recall@10"}
+    for _, row in whole[whole["kind"] == "per-user"].iterrows():
+        assert row["mean_a"] == pytest.approx(table.loc["popularity", row["metric"]], abs=1e-12)
+        assert row["mean_b"] == pytest.approx(table.loc[row["candidate"], row["metric"]], abs=1e-12)
     # the saved config is the composed one, resolved
     saved = yaml.safe_load((folder / "config.yaml").read_text())
     assert saved["split"]["method"] == "global_time"
