@@ -5,6 +5,7 @@ config (a few seconds), so the run never looks stuck; logs (not a terminal) and
 ``progress=false`` get nothing extra.
 """
 
+import os
 import sys
 
 
@@ -15,7 +16,11 @@ def main() -> None:
         print("… starting (loading libraries, composing the config)", file=sys.stderr, flush=True)
     from harness.cli import entry
 
-    entry()
+    try:
+        entry()
+    except BrokenPipeError:  # the reader stopped early (`--help | head`): no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit either
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,10 @@ def load_folder(folder: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str,
         raise ValueError(f"{folder} is not a results folder (no such directory)")
     if (folder / INCOMPLETE).exists():
         stage = (folder / INCOMPLETE).read_text().strip().replace("\n", "; ")
-        raise ValueError(f"{folder} is INCOMPLETE ({stage}); run the experiment again")
+        raise ValueError(
+            f"{folder} is INCOMPLETE ({stage}); finish it with the same command and "
+            f"resume={folder} (which logs it)"
+        )
     if not is_complete(folder):
         raise ValueError(f"{folder} has no {COMPLETE} mark: not a finished results folder")
     parts = {}

@@ -7,6 +7,7 @@ the help's example overrides through Hydra's compose API.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shlex
 import subprocess
@@ -189,3 +190,21 @@ def test_normal_composition_still_works(tmp_path: Path) -> None:
         cfg = compose(config_name="config", return_hydra_config=True)
     assert cfg.hydra.help.app_name == "recsys-harness"
     assert cfg.hydra.runtime.choices["hydra/help"] == "harness"
+
+
+def test_help_into_a_reader_that_stops_early_prints_no_traceback() -> None:
+    """``--help | head -1``: the reader is gone before the help is written (its end of the pipe
+    closed at once); the command ends quietly, as Unix tools do."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "harness", "--help"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr

@@ -326,6 +326,7 @@ def test_sigterm_while_models_run_marks_the_folder_incomplete(tmp_path: Path) ->
     refused = _log(folder, cwd=tmp_path)
     assert refused.returncode == 2
     assert _one_error_line(refused.stderr).startswith(f"error: {folder} is INCOMPLETE")
+    assert f"finish it with the same command and resume={folder}" in refused.stderr
 
 
 @pytest.mark.slow
