@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import MISSING as NO_DEFAULT
 from dataclasses import dataclass, field, make_dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -370,16 +371,24 @@ def config_error(err: BaseException) -> str:
         if option and "/" in option and option.split("/")[0] in SCHEMA_GROUPS:
             group = f"group '{option.split('/')[0]}'"  # a key inside a list item: no full path
         origin = f" ({option})" if option and option != "config" else ""
-        typed = re.search(r"object_type=(\w+)", text)
+        # a file's error names its schema as object_type=...; an override's as "not in 'Name'"
+        said = f"{text}\n{cause}"
+        typed = re.search(r"object_type=(\w+)", text) or re.search(r"Key '.+' not in '(\w+)'", said)
         object_type = getattr(cause, "object_type", None) or (typed.group(1) if typed else None)
         allowed = _allowed(object_type)
         type_name = getattr(object_type, "__name__", object_type)
         if "." not in str(full_key) and type_name in _LIST_ITEMS:  # OmegaConf drops the path
             group = f"an item of {_LIST_ITEMS[type_name]}"
-        if ("ConfigKeyError" in text or type(cause).__name__ == "ConfigKeyError") and allowed:
+        unknown = "ConfigKeyError" in text or type(cause).__name__ == "ConfigKeyError"
+        if (unknown or " not in '" in said) and allowed:
             return (
                 f"unknown config key '{full_key}' in {group}{origin}; "
                 f"it takes: {', '.join(allowed)}"
+            )
+        if "is not in struct" in said:  # an open node (a model): new keys are added with +
+            return (
+                f"unknown config key '{full_key}' in {group}{origin}; a key the config does "
+                f"not have is added with a leading + (+{full_key}=...)"
             )
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         why = [ln for ln in lines if ln.startswith(("Value ", "Invalid ", "Unsupported "))]
@@ -390,6 +399,11 @@ def config_error(err: BaseException) -> str:
             first = "it must be a list such as [{key: value}], not a mapping"
         return f"bad config value at '{full_key}' in {group}{origin}: {first}"
     text = text.split("Config search path:", 1)[0]
+    missing = re.search(r"Could not (?:load|find) '(\w+)/([^']+)'", text)
+    shipped = Path(__file__).parent / "configs" / (missing.group(1) if missing else "")
+    if missing and shipped.is_dir() and "Available options" not in text:
+        options = ", ".join(sorted(p.stem for p in shipped.glob("*.yaml")))
+        return f"no {missing.group(1)} config '{missing.group(2)}'; built-in options: {options}"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if len(lines) > 2 and lines[1].startswith("Available options"):
         return f"{lines[0]}; {lines[1].rstrip(':').lower()}: {', '.join(lines[2:])}"

@@ -137,6 +137,31 @@ def test_guardrail_mistakes_on_the_command_line_name_the_list(tmp_path: Path) ->
     )
 
 
+def test_command_line_typos_read_as_in_a_file(tmp_path: Path) -> None:
+    """A misspelled key or option on the command line gets the message a file's would: the
+    keys a schema takes, the + that adds a key to an open model config, the shipped options."""
+    from hydra.errors import MissingConfigException
+
+    def error(*overrides: str) -> str:
+        with pytest.raises((ConfigCompositionException, MissingConfigException)) as err:
+            compose_with(tmp_path, *overrides)
+        return config_error(err.value)
+
+    assert error("gate.primary.min_lfit=0.1") == (
+        "unknown config key 'gate.primary.min_lfit' in group 'gate'; it takes: "
+        + ", ".join(names(PrimaryRule))
+    )
+    assert error("model.item_knn.k_neighbours=5") == (
+        "unknown config key 'model.item_knn.k_neighbours' in group 'model'; a key the config "
+        "does not have is added with a leading + (+model.item_knn.k_neighbours=...)"
+    )
+    shipped = sorted(p.stem for p in (CONFIG_DIR / "model").glob("*.yaml"))
+    assert "item_knn" in shipped and "popularity" in shipped
+    assert error("model=[popularity,item_nn]") == (
+        f"no model config 'item_nn'; built-in options: {', '.join(shipped)}"
+    )
+
+
 def test_a_misspelled_top_level_key_fails(tmp_path: Path) -> None:
     write_option(tmp_path, "experiment", None, "# @package _global_\nsed: 3\n")
     text = composition_error(tmp_path, "experiment")
