@@ -99,6 +99,13 @@ def validate_run(run: pd.DataFrame, *, object_ids: bool = True) -> np.ndarray:
 def _is_int(series: pd.Series) -> bool:
     """True for integer id columns; False for string-like ones; ValueError for bools and floats."""
     if pd.api.types.is_integer_dtype(series.dtype):
+        if pd.api.types.is_unsigned_integer_dtype(series.dtype) and series.dtype.itemsize == 8:
+            values = series.to_numpy()
+            if len(values) and int(values.max()) >= 2**63:  # would wrap to negative int64 keys
+                raise ValueError(
+                    f"ids in column {series.name!r} reach {int(values.max())}: uint64 ids of "
+                    f"2**63 or more are not supported; convert the column to str"
+                )
         return True
     if pd.api.types.is_bool_dtype(series.dtype) or pd.api.types.is_float_dtype(series.dtype):
         raise ValueError(
@@ -112,8 +119,9 @@ def _same_kind(q: pd.Series, r: pd.Series, column: str) -> bool:
     q_int, r_int = _is_int(q), _is_int(r)
     if q_int != r_int:
         raise ValueError(
-            f"column {column!r} holds integers in one table and strings in the other "
-            f"(qrels {q.dtype}, run {r.dtype}); convert both to the same type"
+            f"column {column!r} has an integer dtype in one table and not in the other "
+            f"(qrels {q.dtype}, run {r.dtype}; object and categorical columns are read as text, "
+            f"whatever they hold); convert both to the same type"
         )
     return q_int
 

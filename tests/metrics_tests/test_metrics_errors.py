@@ -240,7 +240,7 @@ CASES = [
         run(),
         ["map"],
         {},
-        r"column 'user' holds integers in one table and strings in the other",
+        r"column 'user' has an integer dtype in one table and not in the other",
     ),
     (
         "mixed-item-ids",
@@ -248,7 +248,7 @@ CASES = [
         run(item=[1, 2, 3]),
         ["map"],
         {},
-        r"column 'item' holds integers in one table and strings in the other",
+        r"column 'item' has an integer dtype in one table and not in the other",
     ),
     (
         "float-ids",

@@ -189,8 +189,26 @@ def test_per_user_index_holds_the_ids():
 
 def test_mixed_id_kinds_are_one_line_errors():
     qrels, run = _seeded(7, 5)
-    with pytest.raises(ValueError, match="holds integers in one table and strings in the other"):
+    with pytest.raises(ValueError, match="has an integer dtype in one table and not in the other"):
         metrics.evaluate(qrels, as_strings(run, "category", False), ["ndcg@3"])
+    # numbers in an object column are text: the message says so rather than "strings"
+    as_objects = qrels.assign(user=qrels["user"].astype(object))
+    with pytest.raises(ValueError, match=r"qrels object, run int64; object and categorical"):
+        metrics.evaluate(as_objects, run, ["ndcg@3"])
+
+
+def test_uint64_ids_beyond_int64_are_refused_not_wrapped():
+    """2**63 + 5 would wrap to a negative int64 key and rank before 5 (a wrong tie order)."""
+    big = np.uint64(2**63 + 5)
+    qrels = pd.DataFrame({"user": np.array([1], np.uint64), "item": [big], "relevance": [1]})
+    run = pd.DataFrame(
+        {"user": np.array([1, 1], np.uint64), "item": np.array([5, big]), "score": [1.0, 1.0]}
+    )
+    with pytest.raises(ValueError, match=r"^ids in column .item. reach 9223372036854775813: "):
+        metrics.evaluate(qrels, run, ["precision@1"])
+    small = run.assign(item=np.array([5, 7], np.uint64))  # below 2**63: integers as ever
+    truth = qrels.assign(item=np.array([7], np.uint64))
+    assert metrics.evaluate(truth, small, ["precision@1"]).summary["precision@1"] == 0.0
 
 
 def test_run_users_equal_only_as_text_are_a_one_line_error():
