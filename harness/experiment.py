@@ -65,7 +65,10 @@ class MetricSuite:
         require_int("metrics.k", self.k)
         require_choice("metrics.relevance", self.relevance, ("binary", "rating"))
         for name in self.names:  # fail before any model runs
-            spec = metrics.parse(name)
+            try:
+                spec = metrics.parse(name)
+            except ValueError as err:
+                raise ValueError(f"metrics.names: {err}") from None
             if spec.k is not None and spec.k > self.k:
                 raise ValueError(
                     f"metric {name!r} needs lists of {spec.k} items but 'metrics.k' is {self.k}; "

@@ -200,7 +200,10 @@ class TuneSpec:
     refit: bool = True
 
     def __post_init__(self) -> None:
-        metrics.parse(self.objective)  # an unknown metric name: one-line ValueError
+        try:
+            metrics.parse(self.objective)
+        except ValueError as err:  # an unknown metric name: one line naming the key
+            raise ValueError(f"tune.objective: {err}") from None
         if self.trials is None and self.timeout is None:
             raise ValueError("tune.trials and tune.timeout are both null: set a budget")
         require_int("tune.trials", self.trials, none_ok=True)

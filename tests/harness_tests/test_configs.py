@@ -306,7 +306,7 @@ def test_metric_cutoff_beyond_k_is_rejected() -> None:
 
 
 def test_bad_metric_name_is_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown metric"):
+    with pytest.raises(ValueError, match=r"^metrics\.names: unknown metric 'not_a_metric@10'"):
         suite_of(cfg_of("metrics.names=[ndcg@10,not_a_metric@10]"))
 
 

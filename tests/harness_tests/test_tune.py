@@ -199,6 +199,8 @@ def test_no_budget_is_an_error(tmp_path: Path) -> None:
 def test_direction_comes_from_the_metric() -> None:
     assert TuneSpec(objective="ndcg@10").maximize
     assert not TuneSpec(objective="rmse").maximize
+    with pytest.raises(ValueError, match=r"^tune\.objective: unknown metric 'ndgc@10'"):
+        TuneSpec(objective="ndgc@10")
 
 
 def test_a_split_without_validation_is_refused_with_the_key_to_set() -> None:
