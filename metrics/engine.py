@@ -446,6 +446,9 @@ def _unique(ids: np.ndarray) -> np.ndarray:
     return pd.unique(ids)
 
 
+_SAME_TEXT = "holds different ids with the same text (such as 1 and '1'); make the ids one type"
+
+
 def _user_keys(
     q_user: pd.Series, group: np.ndarray | _Coded, pool: Executor | None
 ) -> tuple[np.ndarray, np.ndarray, pd.api.extensions.ExtensionArray | None]:
@@ -456,7 +459,12 @@ def _user_keys(
     """
     if isinstance(group, np.ndarray):
         return q_user.to_numpy(dtype=np.int64), group, None
-    (q_keys, group_keys), distinct = _link([_run_codes(q_user, pool), group], pool)
+    truth = _run_codes(q_user, pool)
+    if _arrow_strings(q_user) is None:  # object or categorical: distinct ids, maybe equal text
+        (ids,) = truth.values
+        if pc.count_distinct(ids).as_py() != len(ids):  # 1 and "1" would be one user
+            raise ValueError(f"qrels column 'user' {_SAME_TEXT}")
+    (q_keys, group_keys), distinct = _link([truth, group], pool)
     return q_keys, group_keys, pd.array(distinct, dtype="str")
 
 
@@ -819,10 +827,7 @@ def prepare(
         n_truth = len(q_user)
         if user_values is not None and len(pd.unique(group_ids)) != len(group_ids):
             if _arrow_strings(run["user"]) is None:
-                raise ValueError(
-                    "run column 'user' holds different ids with the same text (such as 1 and "
-                    "'1'); make the ids one type"
-                )
+                raise ValueError(f"run column 'user' {_SAME_TEXT}")
             order, group_start, group_ids = _merge_blocks(group_start, group_ids)
         if depth is not None and int(np.diff(group_start).max(initial=0)) <= depth:
             every, coded_items = None, False  # no list is longer than the cut: nothing to leave

@@ -219,3 +219,15 @@ def test_run_users_equal_only_as_text_are_a_one_line_error():
     with pytest.raises(ValueError, match="different ids with the same text") as err:
         metrics.evaluate(qrels, run, ["ndcg@3"])
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("dtype", [object, "category"])
+def test_truth_users_equal_only_as_text_are_the_same_error(dtype):
+    """As in the run: 1 and "1" in the truth's user column are refused, not merged into one
+    user (they were, silently, whichever order they came in)."""
+    qrels = pd.DataFrame(
+        {"user": pd.Series([1, "1"], dtype=dtype), "item": ["a", "b"], "relevance": [1, 1]}
+    )
+    run = pd.DataFrame({"user": ["1", "1"], "item": ["a", "b"], "score": [2.0, 1.0]})
+    with pytest.raises(ValueError, match=r"^qrels column 'user' holds different ids with the same"):
+        metrics.evaluate(qrels, run, ["recall@1"])
