@@ -284,13 +284,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     names = [n for group in (args.metric or [DEFAULT_METRICS]) for n in group]
     options = {k: getattr(args, k) for k in (*CHOICES, "relevance_threshold")}
+
+    def scored(run: Path) -> Evaluation:
+        """``run`` evaluated; an error about the data names the file it is in."""
+        try:
+            return evaluate(qrels, read_run(run, args.format), names, preset=args.preset, **options)
+        except ValueError as err:
+            text = str(err)
+            for what, path in (("run", run), ("qrels", args.qrels)):
+                if text.startswith((f"{what} ", f"{what}:")):
+                    raise ValueError(f"{path}: {text}") from None
+            raise
+
     try:
         qrels = read_qrels(args.qrels, args.format)
-        ev = evaluate(qrels, read_run(args.run, args.format), names, preset=args.preset, **options)
+        ev = scored(args.run)
         if args.run_b is not None:
-            ev_b = evaluate(
-                qrels, read_run(args.run_b, args.format), names, preset=args.preset, **options
-            )
+            ev_b = scored(args.run_b)
             table = compare_runs(
                 ev,
                 ev_b,

@@ -236,10 +236,13 @@ def _nan_csv(tmp_path):
     [
         ("unknown_metric", "unknown metric 'no_such_metric'"),
         ("missing_file", "no_such_file"),
-        ("nan_score", "score"),
+        ("nan_score", "run.csv: run column 'score' must be finite numbers"),
+        ("duplicate_truth", "qrels.csv: qrels has 1 duplicate (user, item) row(s)"),
+        ("duplicate_run", "run.csv: run has duplicate (user, item) rows: user 1, item 10"),
     ],
 )
 def test_cli_bad_input_exits_2(tmp_path, case, pattern):
+    """One line naming what is wrong, and the file it is in when it is in the data."""
     qrels, run = REFERENCE / "qrels.test", REFERENCE / "results.test"
     metric = "map"
     if case == "unknown_metric":
@@ -248,6 +251,18 @@ def test_cli_bad_input_exits_2(tmp_path, case, pattern):
         run = tmp_path / "no_such_file.txt"
     else:
         qrels, run = _nan_csv(tmp_path)
+        if case == "duplicate_truth":
+            pd.DataFrame({"user": [1, 1], "item": [10, 10], "relevance": [1, 1]}).to_csv(
+                qrels, index=False
+            )
+        if case.startswith("duplicate"):
+            pd.DataFrame(
+                {
+                    "user": [1, 1],
+                    "item": [10, 10 if case == "duplicate_run" else 11],
+                    "score": [0.5, 0.4],
+                }
+            ).to_csv(run, index=False)
     proc = run_cli(qrels, run, "-m", metric)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
