@@ -461,6 +461,7 @@ def sweep_config(
         {"override hydra/sweeper": "optuna"},
         {"override hydra/sweeper/sampler": spec.sampler},
         {"override hydra/job_logging": "disabled"},
+        {"override hydra/hydra_logging": "disabled"},  # no "[HYDRA] Launching" lines per trial
         "_self_",
     ]
     node["hydra"] = {

@@ -400,6 +400,8 @@ def test_a_sweep_that_dies_mid_trial_resumes_where_it_stopped(tmp_path: Path) ->
     second = tune_process(tmp_path, {"RECORDING_LOG": str(log)}, *overrides)
     assert second.returncode == 0, second.stderr
     assert "4 trials complete" in second.stdout
+    # the harness's own line per trial, none of Hydra's launcher logs ("[HYDRA] Launching ...")
+    assert "[HYDRA]" not in first.stdout + second.stdout, second.stdout
     weights_after = weights_in(log)
     # two more fits, not four: the cut-short trial again with its parameters, then one new one
     assert len(weights_after) == 5
