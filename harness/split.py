@@ -109,21 +109,13 @@ def global_time(
     """
     _check_frame(df)
     ts = df[TIMESTAMP].to_numpy()
-    cut_s = _resolve_time(cut, ts, "cut")
+    cut_s = _resolve_time(cut, ts, "split.cut")
     is_test = ts >= cut_s
     is_valid = None
     extra: dict[str, Any] = {"cut": cut_s, "cut_iso": _iso(cut_s)}
     if valid_cut is not None:
-        valid_s = _resolve_time(valid_cut, ts, "valid_cut")
-        both_quantiles = _is_quantile(cut) and _is_quantile(valid_cut)
-        # two quantiles may resolve to one timestamp on small data: validation is then empty
-        if (both_quantiles and float(valid_cut) >= float(cut)) or (  # type: ignore[arg-type]
-            not both_quantiles and valid_s >= cut_s
-        ):
-            raise ValueError(
-                f"'valid_cut' must be earlier than 'cut' (got valid_cut={_iso(valid_s)} "
-                f">= cut={_iso(cut_s)})"
-            )
+        valid_s = _resolve_time(valid_cut, ts, "split.valid_cut")
+        check_cut_order(cut, valid_cut, cut_s, valid_s)
         is_valid = (ts >= valid_s) & ~is_test
         extra.update(valid_cut=valid_s, valid_cut_iso=_iso(valid_s))
     else:
@@ -139,7 +131,7 @@ def leave_one_out(df: pd.DataFrame, *, valid: bool = False, min_history: int = 2
     fewer than ``min_history`` events stay train-only; validation needs ``min_history + 1``.
     """
     _check_frame(df)
-    require_int("min_history", min_history, 1)
+    require_int("split.min_history", min_history, 1)
     order, starts, counts = _user_groups(df)
     n = len(df)
     group = np.repeat(np.arange(starts.size), counts)
@@ -260,6 +252,27 @@ FILTER_PARAMS: dict[str, Any] = {
 # ------------------------------------------------------------------------------- filtering
 
 
+def check_filters(min_user: int, min_item: int, kcore: int, unseen: str) -> None:
+    """The filter settings both engines take (ValueError naming the ``split.`` key)."""
+    require_int("split.min_user_interactions", min_user, 0)
+    require_int("split.min_item_interactions", min_item, 0)
+    require_int("split.kcore", kcore, 0)
+    require_choice("split.unseen", unseen, UNSEEN_POLICIES)
+
+
+def check_cut_order(cut: Any, valid_cut: Any, cut_s: int, valid_s: int) -> None:
+    """``valid_cut`` before ``cut``: as quantiles when both are (two quantiles may resolve to one
+    timestamp on small data: validation is then empty), else as resolved times."""
+    both_quantiles = _is_quantile(cut) and _is_quantile(valid_cut)
+    if (both_quantiles and float(valid_cut) >= float(cut)) or (
+        not both_quantiles and valid_s >= cut_s
+    ):
+        raise ValueError(
+            f"'split.valid_cut' must be earlier than 'split.cut' (got valid_cut="
+            f"{_iso(valid_s)} >= cut={_iso(cut_s)})"
+        )
+
+
 def apply_filters(
     split: Split,
     *,
@@ -273,10 +286,7 @@ def apply_filters(
     Filters look at training data only: users, then items, with fewer events are removed (one
     pass each); ``kcore`` then repeats until every user and item has at least ``kcore`` events.
     """
-    require_int("min_user_interactions", min_user_interactions, 0)
-    require_int("min_item_interactions", min_item_interactions, 0)
-    require_int("kcore", kcore, 0)
-    require_choice("unseen", unseen, UNSEEN_POLICIES)
+    check_filters(min_user_interactions, min_item_interactions, kcore, unseen)
 
     train = split.train
     parts = _coded(train, split.test, split.valid)
@@ -679,10 +689,10 @@ def _check_frame(df: pd.DataFrame) -> None:
 
 
 def _check_ratios(test_ratio: float, valid_ratio: float) -> None:
-    require_range("test_ratio", test_ratio, 0, 1, closed="neither")
+    require_range("split.test_ratio", test_ratio, 0, 1, closed="neither")
     if not 0.0 <= valid_ratio < 1.0 or test_ratio + valid_ratio >= 1.0:
         raise ValueError(
-            f"'valid_ratio' must be in [0, 1) with test_ratio + valid_ratio < 1 "
+            f"'split.valid_ratio' must be in [0, 1) with test_ratio + valid_ratio < 1 "
             f"(got {valid_ratio!r} with test_ratio={test_ratio!r})"
         )
 

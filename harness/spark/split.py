@@ -113,24 +113,17 @@ def global_time_spark(
     """
     from pyspark.sql import functions as sf
 
-    from harness.split import _is_quantile, _iso
+    from harness.split import _iso, check_cut_order
 
     _check_interactions(df)
     ts = sf.col("timestamp")
-    cut_s = _resolve_cut(df, cut, "cut")
+    cut_s = _resolve_cut(df, cut, "split.cut")
     stats: dict[str, Any] = {"method": "global_time", "cut": cut_s, "cut_iso": _iso(cut_s)}
     valid = None
     train_end = cut_s
     if valid_cut is not None:
-        valid_s = _resolve_cut(df, valid_cut, "valid_cut")
-        both = _is_quantile(cut) and _is_quantile(valid_cut)
-        if (both and float(valid_cut) >= float(cut)) or (  # type: ignore[arg-type]
-            not both and valid_s >= cut_s
-        ):
-            raise ValueError(
-                f"'valid_cut' must be earlier than 'cut' (got valid_cut={_iso(valid_s)} "
-                f">= cut={_iso(cut_s)})"
-            )
+        valid_s = _resolve_cut(df, valid_cut, "split.valid_cut")
+        check_cut_order(cut, valid_cut, cut_s, valid_s)
         valid = df.filter((ts >= sf.lit(valid_s)) & (ts < sf.lit(cut_s)))
         train_end = valid_s
         stats.update(valid_cut=valid_s, valid_cut_iso=_iso(valid_s))
@@ -154,7 +147,7 @@ def leave_one_out_spark(df: DataFrame, valid: bool = False, min_history: int = 2
     from pyspark.sql import functions as sf
 
     _check_interactions(df)
-    require_int("min_history", min_history)
+    require_int("split.min_history", min_history, 1)
     cols = df.columns
     latest = Window.partitionBy("user").orderBy(
         sf.col("timestamp").desc(), sf.col("item").desc(), sf.col("_loo_row").desc()
@@ -545,13 +538,9 @@ def apply_filters_spark(
     few aggregate jobs; the parts stay lazy DataFrames."""
     from pyspark.sql import functions as sf
 
-    from harness.split import UNSEEN_POLICIES, _unseen_zero
-    from metrics.checks import require_choice
+    from harness.split import _unseen_zero, check_filters
 
-    require_int("min_user_interactions", min_user_interactions, 0)
-    require_int("min_item_interactions", min_item_interactions, 0)
-    require_int("kcore", kcore, 0)
-    require_choice("unseen", unseen, UNSEEN_POLICIES)
+    check_filters(min_user_interactions, min_item_interactions, kcore, unseen)
     train = filter_train_spark(split.train, min_user_interactions, min_item_interactions, kcore)
     after = train.agg(*_part_aggs("train")).first()
     if after is None:  # an aggregate always returns one row

@@ -154,10 +154,10 @@ def test_global_time_date_cut_and_quantile_share() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"cut": 1.5}, "'cut' must be a date string or a quantile in \\(0, 1\\)"),
-        ({"cut": 0}, "'cut' must be a date string or a quantile"),
-        ({"cut": "not a date"}, "'cut' is not a parsable date"),
-        ({"cut": 0.5, "valid_cut": 0.7}, "'valid_cut' must be earlier than 'cut'"),
+        ({"cut": 1.5}, "'split.cut' must be a date string or a quantile in \\(0, 1\\)"),
+        ({"cut": 0}, "'split.cut' must be a date string or a quantile"),
+        ({"cut": "not a date"}, "'split.cut' is not a parsable date"),
+        ({"cut": 0.5, "valid_cut": 0.7}, "'split.valid_cut' must be earlier than 'split.cut'"),
     ],
 )
 def test_global_time_rejects_bad_cuts(kwargs: dict, message: str) -> None:
@@ -370,11 +370,11 @@ def test_make_split_rejects_unknown_names() -> None:
         make_split(df, "temporal")
     with pytest.raises(ValueError, match=r"unknown parameter 'ratio'.*'test_ratio'"):
         make_split(df, "random", ratio=0.2)
-    with pytest.raises(ValueError, match=r"'unseen' must be one of 'drop', 'keep'"):
+    with pytest.raises(ValueError, match=r"'split.unseen' must be one of 'drop', 'keep'"):
         make_split(df, "random", unseen="ignore")
-    with pytest.raises(ValueError, match=r"'kcore' must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"'split.kcore' must be an int >= 0"):
         make_split(df, "random", kcore=-1)
-    with pytest.raises(ValueError, match="'test_ratio' must be in"):
+    with pytest.raises(ValueError, match=r"'split\.test_ratio' must be in"):
         make_split(df, "user_time", test_ratio=1.0)
 
 

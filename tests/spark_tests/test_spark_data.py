@@ -148,16 +148,19 @@ def test_make_split_spark_fills_defaults_and_checks_params(few_partitions: Any) 
     got = make_split_spark(sdf, "user_time")
     same_parts(got, want)
     assert got.params == want.params and got.stats == want.stats
-    for bad, message in (
-        ({"ratio": 0.2}, "unknown parameter 'ratio' for split method 'user_time'"),
-        ({"unseen": "ignore"}, "unseen"),
-        ({"kcore": -1}, "kcore"),
-        ({"test_ratio": 1.5}, "test_ratio"),
+    for method, bad, message in (
+        ("user_time", {"ratio": 0.2}, "unknown parameter 'ratio' for split method 'user_time'"),
+        ("user_time", {"unseen": "ignore"}, r"'split\.unseen'"),
+        ("user_time", {"kcore": -1}, r"'split\.kcore'"),
+        ("user_time", {"test_ratio": 1.5}, r"'split\.test_ratio'"),
+        ("global_time", {"cut": 1.5}, r"'split\.cut'"),
+        ("global_time", {"cut": 0.5, "valid_cut": 0.7}, r"'split\.valid_cut' must be earlier"),
+        ("leave_one_out", {"min_history": 0}, r"'split\.min_history'"),
     ):
         with pytest.raises(ValueError) as in_process:
-            hsplit.make_split(df, "user_time", **bad)
+            hsplit.make_split(df, method, **bad)
         with pytest.raises(ValueError, match=message) as spark_error:
-            make_split_spark(sdf, "user_time", **bad)
+            make_split_spark(sdf, method, **bad)
         assert str(spark_error.value) == str(in_process.value)
     with pytest.raises(ValueError, match="unknown split method 'kfold'"):
         make_split_spark(sdf, "kfold")
