@@ -235,6 +235,8 @@ def load_interactions_coded(
     distinct id once, without decoding and hashing every row's string.
     """
     source = str(path)
+    if "://" not in source and not Path(path).exists():
+        raise DataError(f"{source}: no such file (dataset.path)")
     mapping = _column_mapping(columns, source)
     kind = _detect_format(path, fmt)
     _check_policy(duplicates, source)
@@ -245,15 +247,7 @@ def load_interactions_coded(
     if RATING in (columns or {}) and mapping[RATING] not in found:
         missing.append(RATING)
     if missing:
-        name = missing[0]
-        hint = (
-            "; if the file has no ratings, set dataset.columns.rating=null"
-            if name == RATING
-            else ""
-        )
-        raise DataError(
-            f"{source}: missing column {_label(name, mapping)}; columns found: {found}{hint}"
-        )
+        raise missing_column(source, missing[0], mapping, found)
     wanted = [name for name in COLUMNS if mapping[name] in found]
     file_cols = [mapping[name] for name in wanted]
 
@@ -408,6 +402,20 @@ def _check_policy(duplicates: str, source: str) -> None:
             f"{source}: unknown duplicates policy {duplicates!r}; "
             f"allowed: {list(DUPLICATE_POLICIES)}"
         )
+
+
+def missing_column(
+    source: str, name: str, mapping: Mapping[str, str], found: list[str]
+) -> DataError:
+    """The one-line error of a missing column (both engines), with the key that fixes it."""
+    hint = (
+        "; if the file has no ratings, set dataset.columns.rating=null"
+        if name == RATING
+        else f"; name the file's column with dataset.columns.{name}=<column>"
+    )
+    return DataError(
+        f"{source}: missing column {_label(name, mapping)}; columns found: {found}{hint}"
+    )
 
 
 def _label(name: str, mapping: Mapping[str, str]) -> str:
@@ -1170,7 +1178,7 @@ def _duplicate_policy_rows(
             f"{source}: columns ('user', 'item', 'timestamp') have {int(in_repeat.sum())} rows in "
             f"duplicate events, e.g. user={_show(row[USER])} item={_show(row[ITEM])} "
             f"timestamp={_show(row[TIMESTAMP])} at rows {same[:5].tolist()}; set "
-            f"duplicates= one of {list(DUPLICATE_POLICIES)}"
+            f"dataset.duplicates= one of {list(DUPLICATE_POLICIES)}"
         )
     # each event's rows are in row order: keep_first drops every repeat, keep_last every row
     # that a later one repeats

@@ -426,6 +426,7 @@ def read_interactions(
         _check_timestamp_format,
         _column_mapping,
         _label,
+        missing_column,
     )
     from harness.errors import DataError
 
@@ -446,14 +447,7 @@ def read_interactions(
     if "rating" in (columns or {}) and mapping["rating"] not in found:
         missing.append("rating")
     if missing:
-        hint = (
-            "; if the file has no ratings, set dataset.columns.rating=null"
-            if missing[0] == "rating"
-            else ""
-        )
-        raise DataError(
-            f"{source}: missing column {_label(missing[0], mapping)}; columns found: {found}{hint}"
-        )
+        raise missing_column(source, missing[0], mapping, found)
     df = df.select(*[sf.col(f"`{mapping[c]}`").alias(c) for c in wanted])
     for c in wanted:
         if isinstance(df.schema[c].dataType, st.ArrayType | st.MapType | st.StructType):
@@ -594,7 +588,8 @@ def _duplicate_policy(
             raise DataError(
                 f"{source}: columns ('user', 'item', 'timestamp') have {int(dup['rows'])} rows "
                 f"in duplicate events, e.g. user={_shown(e['user'])} item={_shown(e['item'])} "
-                f"timestamp={_shown(e['timestamp'])}; set duplicates= one of {list(policies)}"
+                f"timestamp={_shown(e['timestamp'])}; set dataset.duplicates= one of "
+                f"{list(policies)}"
             )
         return df
     order = sf.col("_dup_row").asc() if duplicates == "keep_first" else sf.col("_dup_row").desc()

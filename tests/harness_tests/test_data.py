@@ -473,12 +473,21 @@ def test_missing_rating_hints_at_the_config_key(tmp_path: Path) -> None:
         load_interactions(path, columns={"rating": "rating"})
 
 
+def test_missing_id_column_and_file_name_the_config_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "u,item,timestamp\n1,2,3\n", "nouser.csv")
+    with pytest.raises(DataError, match=r"missing column 'user'.*dataset\.columns\.user=<column>"):
+        load_interactions(path)
+    with pytest.raises(DataError, match=r"^\S*nope\.csv: no such file \(dataset\.path\)$"):
+        load_interactions(tmp_path / "nope.csv")
+
+
 def test_duplicates_error_prints_integer_ids_as_integers(tmp_path: Path) -> None:
     # issue 14: a float rating column made the row a float Series: user=1.0 item=1.0
     path = write(tmp_path, "user,item,timestamp,rating\n7,8,9,1.5\n7,8,9,2\n")
     with pytest.raises(DataError) as info:
         load_interactions(path)
     assert "user=7 item=8 timestamp=9 at rows [0, 1]" in str(info.value)
+    assert "set dataset.duplicates= one of" in str(info.value)
 
 
 # ------------------------------------------------------------------ degenerate splits
