@@ -152,6 +152,22 @@ def _resolve(client: Any, ref: str, uri: str) -> Any:
     return run
 
 
+def _same_model(runs: list[Any]) -> str | None:
+    """A note when both sides evaluated one model (one run, or one registered version, as two
+    aliases pointing at the same version do): every difference is then 0 by construction."""
+    a, b = (r.data.tags for r in runs)
+    if runs[0].info.run_id == runs[1].info.run_id:
+        return f"both sides are run {runs[0].info.run_id}: the model is compared with itself"
+    keys = ("model.info.name", "model.info.version")
+    if all(a.get(k) is not None and a.get(k) == b.get(k) for k in keys):
+        return (
+            f"both sides evaluated {a['model.info.name']} version {a['model.info.version']} "
+            f"({a.get('model.info.model_uri')} and {b.get('model.info.model_uri')}): the model "
+            f"is compared with itself; check which version each alias points to"
+        )
+    return None
+
+
 def _artifacts(client: Any, run: Any, folder: Path) -> tuple[pd.DataFrame, dict[str, Any], Any]:
     """Per-user table, result.json and top-k lists (or None) of an in-process model run."""
     local = Path(client.download_artifacts(run.info.run_id, "", str(folder)))
@@ -510,7 +526,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             labels = read_labels(cspec.human_labels) if cspec.human_labels else None
             pair, segmented = compare(metric_names)
-        pair.notes += [note for x in logged for note in x.notes]
+        same = _same_model(runs)
+        pair.notes = [*([same] if same else []), *pair.notes, *(n for x in logged for n in x.notes)]
         if labels is not None:
             if "candidate" in labels.columns:
                 labels = labels[labels["candidate"].astype(str) == names[1]]

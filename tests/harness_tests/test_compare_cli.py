@@ -102,3 +102,32 @@ def test_strict_gate_and_whole_run_metric_print_no_nan(store) -> None:
     assert cov.split()[-1] == "-"  # a whole-run metric has no ΔGSB, p or CI: a dash
     default_out = Path(store["cwd"]) / "runs" / "results" / "compare"
     assert any((f / "report.html").is_file() for f in default_out.iterdir())
+
+
+def test_a_run_compared_with_itself_says_so(store) -> None:
+    """Two refs resolving to one model (here one run; in the registry, two aliases on one
+    version) compare a model with itself: every difference is 0, and the output says why."""
+    pop = store["children"]["popularity"]
+    done = _compare(store, pop, pop)
+    assert done.returncode == 0, done.stderr
+    notes = [x for x in done.stdout.splitlines() if x.startswith("note: both sides")]
+    assert notes == [f"note: both sides are run {pop}: the model is compared with itself"]
+
+
+def test_one_registered_version_on_both_sides_is_named() -> None:
+    """Two aliases pointing at one version: the note names the version and both URIs."""
+    from types import SimpleNamespace
+
+    from harness.compare.__main__ import _same_model
+
+    def run(run_id: str, uri: str, version: str) -> SimpleNamespace:
+        tags = {"model.info.name": "reco", "model.info.version": version}
+        tags["model.info.model_uri"] = uri
+        return SimpleNamespace(info=SimpleNamespace(run_id=run_id), data=SimpleNamespace(tags=tags))
+
+    champion, challenger = run("a", "models:/reco@champion", "2"), run("b", "models:/reco@x", "2")
+    assert _same_model([champion, challenger]) == (
+        "both sides evaluated reco version 2 (models:/reco@champion and models:/reco@x): the "
+        "model is compared with itself; check which version each alias points to"
+    )
+    assert _same_model([champion, run("b", "models:/reco@x", "3")]) is None
