@@ -121,7 +121,8 @@ def sizing_of(
     gspec: Any,
 ) -> pd.DataFrame:
     """:func:`sizing_rows` for one harness run (an ``ExperimentResult``): the gate's primary
-    metric (else ``compare.gsb_metric``), decisions from the gate when it is on."""
+    metric (else ``compare.gsb_metric``), decisions from the gate when it is on; sanity
+    baselines (``gate.sanity``) are never launch candidates, so they get no sizing."""
     primary = getattr(gspec, "primary", None) if getattr(gspec, "enabled", False) else None
     metric = str(primary.metric) if primary else cspec.gsb_metric
     per_user = {
@@ -134,7 +135,9 @@ def sizing_of(
         if getattr(gspec, "enabled", False)
         else None
     )
-    return sizing_rows(pairs, per_user, cspec, metric=metric, decisions=gated)
+    sanity = set(getattr(gspec, "sanity", ()) or ())
+    launchable = [p for p in pairs if p.candidate not in sanity]
+    return sizing_rows(launchable, per_user, cspec, metric=metric, decisions=gated)
 
 
 def _count(users: float, days: float, daily: bool) -> str:

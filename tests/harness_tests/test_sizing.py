@@ -207,3 +207,29 @@ def test_main_run_prints_the_sizing_of_its_go_candidate(tmp_path: Path) -> None:
     assert line in proc.stdout
     report = (folder / "report.md").read_text()
     assert "online A/B test sizing" in report and line in report
+
+
+def test_a_sanity_baseline_gets_no_sizing_even_with_the_gate_off(tmp_path: Path) -> None:
+    """``random`` (gate.sanity) is compared and shown, never a launch candidate: sizing an A/B
+    test for it ("lift -90%: not detectable") would only mislead; the real candidate is sized."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "experiment=quick",
+            "progress=false",
+            "model=[random,popularity,item_knn]",
+            "gate=none",
+            "tracking=none",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    block = proc.stdout.split("online A/B test sizing", 1)[1].split("\n\n", 1)[0]
+    sized = [x.strip() for x in block.splitlines()[1:] if x.strip()]
+    assert len(sized) == 1 and sized[0].startswith("item_knn vs popularity:"), block
+    assert "random vs" not in proc.stdout.split("online A/B test sizing", 1)[1]
