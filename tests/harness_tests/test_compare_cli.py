@@ -121,8 +121,11 @@ def test_one_registered_version_on_both_sides_is_named() -> None:
     from harness.compare.__main__ import _same_model
 
     def run(run_id: str, uri: str, version: str) -> SimpleNamespace:
-        tags = {"model.info.name": "reco", "model.info.version": version}
-        tags["model.info.model_uri"] = uri
+        tags = {
+            "model.info.name": "reco",
+            "model.info.version": version,
+            "model.info.model_uri": uri,
+        }
         return SimpleNamespace(info=SimpleNamespace(run_id=run_id), data=SimpleNamespace(tags=tags))
 
     champion, challenger = run("a", "models:/reco@champion", "2"), run("b", "models:/reco@x", "2")

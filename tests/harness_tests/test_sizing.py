@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy.stats import norm
+from support import HarnessCli
 
 from harness.compare import CompareSpec, compare_pair
 from harness.compare.sizing import format_sizing, sizing_notes, sizing_rows
@@ -176,24 +175,16 @@ def test_bad_sizing_settings_are_one_line_errors() -> None:
 
 @pytest.mark.slow
 def test_main_run_prints_the_sizing_of_its_go_candidate(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "dataset.n_users=600",
-            "dataset.n_items=300",
-            "dataset.n_events=15000",
-            "progress=false",
-            "model=[popularity,item_knn]",
-            "tracking=none",
-            "compare.daily_users=300",
-            "compare.power=0.9",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = HarnessCli().run(
+        tmp_path,
+        "dataset.n_users=600",
+        "dataset.n_items=300",
+        "dataset.n_events=15000",
+        "progress=false",
+        "model=[popularity,item_knn]",
+        "tracking=none",
+        "compare.daily_users=300",
+        "compare.power=0.9",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "gate: GO" in proc.stdout
@@ -212,21 +203,8 @@ def test_main_run_prints_the_sizing_of_its_go_candidate(tmp_path: Path) -> None:
 def test_a_sanity_baseline_gets_no_sizing_even_with_the_gate_off(tmp_path: Path) -> None:
     """``random`` (gate.sanity) is compared and shown, never a launch candidate: sizing an A/B
     test for it ("lift -90%: not detectable") would only mislead; the real candidate is sized."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "experiment=quick",
-            "progress=false",
-            "model=[random,popularity,item_knn]",
-            "gate=none",
-            "tracking=none",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = HarnessCli().run(
+        tmp_path, "model=[random,popularity,item_knn]", "gate=none", "tracking=none", quick=True
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     block = proc.stdout.split("online A/B test sizing", 1)[1].split("\n\n", 1)[0]
