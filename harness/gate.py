@@ -409,6 +409,11 @@ def _absent(pair: PairComparison, metric: str, segment: str) -> str:
     )
 
 
+def _signed(x: float) -> str:
+    """``+∞``, ``−∞`` or ``0``: a relative change over a zero baseline, for a reason line."""
+    return "+∞" if x > 0 else "−∞" if x < 0 else "0"
+
+
 def _unbounded(x: float) -> float:
     """The relative change of a difference ``x`` over a baseline of exactly 0."""
     return math.inf if x > 0 else -math.inf if x < 0 else 0.0
@@ -456,7 +461,7 @@ def _relative_rule(
     def result(status: str, value: float, ci: tuple[float, float], reason: str) -> RuleResult:
         return RuleResult(kind, metric, segment, status, value, ci, bar, reason)
 
-    what = "relative lift" if strict else "change"
+    what = "relative lift" if strict else "relative change"
     against = f"required {bar:+.2%}" if strict else f"non-inferiority margin {bar:+.2%}"
     row = _row(pair, metric, segment)
     if row is None:
@@ -492,10 +497,11 @@ def _relative_rule(
         spread = f" ({ci_name} {lo:+.4g} to {hi:+.4g})" if per_user else ""
         if ci == (0.0, 0.0):
             why = f"both models score 0 on {metric} ({segment}): no change"
-        else:
+        else:  # the bar is relative: compare the relative change the difference implies
+            relative = f"{_signed(ci[0])} to {_signed(ci[1])}" if per_user else _signed(value)
             why = (
-                f"{pair.baseline} scores 0 on {metric} ({segment}), so the relative change is "
-                f"unbounded; judged on the difference {diff:+.4g}{spread}"
+                f"{pair.baseline} scores 0 on {metric} ({segment}): the difference "
+                f"{diff:+.4g}{spread} makes the {what} {relative}"
             )
         return result(status, value, ci, f"{why} vs {against}: " + _WORDS[kind][status])
     lift = _number(row, "lift") * sign

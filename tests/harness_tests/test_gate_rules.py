@@ -229,11 +229,18 @@ def test_a_zero_baseline_is_judged_on_the_difference() -> None:
     rule = decide(pair(tail, segments={"items:tail": "tail"}), spec).rules[0]
     assert rule.status == "pass"
     assert "base scores 0 on ndcg@10 (items:tail)" in rule.reason
-    assert "difference +0.05 (95% CI +0.02 to +0.09)" in rule.reason
+    # the margin is relative: the reason compares it with the relative change, not the difference
+    assert (
+        "difference +0.05 (95% CI +0.02 to +0.09) makes the relative change +∞ to +∞ vs "
+        "non-inferiority margin -5.00%: not worse than the margin"
+    ) in rule.reason
     # a CI that straddles 0: the candidate may be no better for the primary rule
     straddles = {**tail, "segment": "all", "diff_ci_low": -0.01}
     primary = decide(pair(straddles), GateSpec(primary=PRIMARY)).rules[0]
     assert primary.status == "inconclusive"
+    assert "makes the relative lift −∞ to +∞ vs required +0.00%: the CI straddles it" in (
+        primary.reason
+    )
     # both zero: no change, so non-inferior; not a lift
     zero = {**tail, "segment": "all", "mean_b": 0.0, "diff": 0.0, "diff_ci_low": 0.0,
             "diff_ci_high": 0.0}  # fmt: skip
