@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 
@@ -64,7 +64,7 @@ from harness.gate import (
     verdict_line,
     worst,
 )
-from harness.models import Recommender, without_search_space
+from harness.models import Recommender, model_class, without_search_space
 from harness.promote import promote_run
 from harness.record import job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
@@ -97,12 +97,18 @@ def build_models(cfg: DictConfig, progress: bool) -> tuple[dict[str, Recommender
         if not target:
             raise ValueError(f"model {name!r} has no _target_ (the class to build)")
         try:
-            accepted = inspect.signature(get_class(target)).parameters
+            accepted = inspect.signature(model_class(str(name), target)).parameters
+        except ValueError as err:  # a wrong class path: the others still run
+            if cfg.get("debug"):
+                raise
+            errors[str(name)] = str(err)
+            continue
+        try:
             extra = {k: v for k, v in shared.items() if k in accepted and k not in node}
             models[str(name)] = instantiate(without_search_space(node), **extra)
         except MissingMandatoryValue:
             raise
-        except Exception as err:  # one model's bad class or params must not stop the others
+        except Exception as err:  # one model's bad params must not stop the others
             if cfg.get("debug"):
                 raise
             errors[str(name)] = f"could not build {target}: {type(err).__name__}: {err}"

@@ -48,11 +48,10 @@ from typing import Any
 
 import pandas as pd
 import yaml
-from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 import metrics
-from harness.models import SEARCH_SPACE_KEY, without_search_space
+from harness.models import SEARCH_SPACE_KEY, model_class, without_search_space
 from harness.promote import _num
 from harness.split import Split
 from metrics.checks import require_choice, require_int
@@ -740,7 +739,7 @@ def tune(cfg: DictConfig) -> int:
     nodes = _model_nodes(cfg)
     spaces = {}
     for name, node in nodes.items():
-        space = search_space_of(name, node, _parameters(get_class(node["_target_"])))
+        space = search_space_of(name, node, _parameters(model_class(name, node["_target_"])))
         if space:
             spaces[name] = space
         else:

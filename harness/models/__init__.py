@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,6 +44,7 @@ __all__ = [
     "PrecomputedScores",
     "RandomModel",
     "Recommender",
+    "model_class",
     "padding_mask",
     "topk_rows",
     "without_search_space",
@@ -56,3 +59,40 @@ def without_search_space(node: Mapping[str, Any]) -> Mapping[str, Any]:
     if SEARCH_SPACE_KEY not in node:
         return node
     return {k: v for k, v in node.items() if k != SEARCH_SPACE_KEY}
+
+
+def model_class(name: str, target: object) -> type:
+    """The class a model config's ``_target_`` names (``pkg.module.Class``, or a nested class).
+
+    A wrong path is one ``ValueError`` line naming ``model.<name>._target_``, the module that is
+    missing or the attribute it lacks, and close names: Hydra's own lookup logs three lines and
+    says only that the module failed to load.
+    """
+    key = f"model.{name}._target_={target}"
+    parts = str(target).split(".") if isinstance(target, str) else []
+    if len(parts) < 2 or not all(p.isidentifier() for p in parts):
+        raise ValueError(f"{key}: not a dotted path to a class such as mypkg.MyRecommender")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest importable prefix is the module
+        module_name = ".".join(parts[:cut])
+        try:
+            found: Any = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name is not None and (module_name + ".").startswith(err.name + "."):
+                continue  # this prefix is not a module: try a shorter one
+            raise ValueError(f"{key}: importing {module_name} failed: {err}") from err
+        except Exception as err:  # the user's module raised while importing
+            raise ValueError(
+                f"{key}: importing {module_name} failed: {type(err).__name__}: {err}"
+            ) from err
+        for i, attr in enumerate(parts[cut:], start=cut):
+            if not hasattr(found, attr):
+                close = difflib.get_close_matches(attr, [a for a in dir(found) if a[0] != "_"])
+                hint = f" (close: {', '.join(close)})" if close else ""
+                raise ValueError(f"{key}: {'.'.join(parts[:i])} has no {attr!r}{hint}")
+            found = getattr(found, attr)
+        if not isinstance(found, type):
+            raise ValueError(f"{key}: {target} is a {type(found).__name__}, not a class")
+        return found
+    raise ValueError(
+        f"{key}: no module named {parts[0]!r} (is the package installed, or on PYTHONPATH?)"
+    )

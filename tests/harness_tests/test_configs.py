@@ -255,6 +255,36 @@ def test_no_model_selected_is_an_error() -> None:
         build_models(cfg, progress=False)
 
 
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("nopkg.Mine", "no module named 'nopkg' (is the package installed, or on PYTHONPATH?)"),
+        (
+            "harness.models.PopularityX",
+            "harness.models has no 'PopularityX' (close: PopularityModel)",
+        ),
+        ("harness.modelz.PopularityModel", "harness has no 'modelz' (close: models)"),
+        ("harness.models.topk_rows", "harness.models.topk_rows is a function, not a class"),
+        ("Mine", "not a dotted path to a class such as mypkg.MyRecommender"),
+        ("badmod.Mine", "importing badmod failed: No module named 'torchz'"),
+        ("raises.Mine", "importing raises failed: RuntimeError: no GPU"),
+    ],
+)
+def test_a_wrong_plugin_class_is_one_line_and_the_other_models_build(
+    target: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelled ``_target_`` names the key, what is missing and close names; the module's
+    own import errors are told apart from a missing module."""
+    (tmp_path / "badmod.py").write_text("import torchz\nclass Mine: ...\n")
+    (tmp_path / "raises.py").write_text("raise RuntimeError('no GPU')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    models, errors = build_models(
+        cfg_of("model=[popularity]", f"+model.mine._target_={target}"), progress=False
+    )
+    assert list(models) == ["popularity"]
+    assert errors == {"mine": f"model.mine._target_={target}: {says}"}
+
+
 @pytest.mark.parametrize("option", ["popularity", "random"])
 def test_quick_experiment_with_one_model_builds_only_that_model(option: str) -> None:
     cfg = cfg_of("experiment=quick", f"model=[{option}]")
