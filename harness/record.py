@@ -262,7 +262,6 @@ def plan(
     here = git_state()
     names = result.suite.names
     headline = headline if headline in names else (names[0] if names else None)
-    baseline = pairs[0].baseline if pairs else None
     tags = {
         **SOURCE,
         "mlflow.user": _user(),
@@ -295,7 +294,10 @@ def plan(
         for part, context in ((result.split.train, "training"), (result.split.test, "test"))
     ]
     options = {f"metrics.option.{k}": v for k, v in result.options.items()}
-    specs = _specs_of(config) if pairs else None
+    specs = _specs_of(config)
+    # the configured baseline is tagged "baseline" also when every candidate failed (no pair)
+    baseline = pairs[0].baseline if pairs else specs[0].baseline if specs else None
+    specs = specs if pairs else None
     fairness = _fairness_metrics(pairs)
     by_sizing = _sizing_metrics(result, pairs, decisions, *specs, sizing) if specs else {}
     children = []

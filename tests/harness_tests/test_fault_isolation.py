@@ -89,3 +89,23 @@ def test_every_model_failing_ends_with_their_errors_not_a_traceback(
     exp = client.get_experiment_by_name("offline-eval")
     (run,) = client.search_runs([exp.experiment_id], "tags.model = 'bad_fit'")
     assert run.info.status == "FAILED"
+
+
+@pytest.mark.slow
+def test_the_baseline_is_tagged_baseline_when_every_candidate_failed(
+    harness_cli, tmp_path: Path
+) -> None:
+    """No pair was compared, yet the runs table still says which run is the baseline."""
+    proc = harness_cli.run(
+        tmp_path,
+        "model=[popularity]",
+        "+model.bad_fit._target_=plugins.models.FailsToFit",
+        quick=True,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "no gate decision: every candidate failed" in proc.stdout
+    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
+    exp = client.get_experiment_by_name("offline-eval")
+    runs = {r.data.tags.get("model"): r for r in client.search_runs([exp.experiment_id])}
+    assert runs["popularity"].data.tags["decision"] == "baseline"
+    assert runs["bad_fit"].data.tags["decision"] == "failed"
