@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.progress import help_text
 from harness.promote import EVAL_TAG, headline_text
 from harness.tracking import require_store
 
@@ -27,6 +28,19 @@ __all__ = ["format_history", "history_frame", "main", "plot_history"]
 
 EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 2, 3
 _COLOURS = {"GO": "#2e7d32", "INCONCLUSIVE": "#f9a825", "NO_GO": "#c62828"}
+
+
+def _evaluations(version: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The evaluation records ``gate.promote`` wrote onto one model version's tags."""
+    evals = []
+    for key, value in (version.get("tags") or {}).items():
+        if not key.startswith(EVAL_TAG):
+            continue
+        try:
+            evals.append(json.loads(value))
+        except json.JSONDecodeError:
+            continue  # a tag someone else wrote by hand: not ours to read
+    return evals
 
 
 def history_frame(versions: Sequence[Mapping[str, Any]], metric: str | None = None) -> pd.DataFrame:
@@ -38,14 +52,7 @@ def history_frame(versions: Sequence[Mapping[str, Any]], metric: str | None = No
     """
     rows: list[dict[str, Any]] = []
     for mv in versions:
-        evals = []
-        for key, value in (mv.get("tags") or {}).items():
-            if not key.startswith(EVAL_TAG):
-                continue
-            try:
-                evals.append(json.loads(value))
-            except json.JSONDecodeError:
-                continue  # a tag someone else wrote by hand: not ours to read
+        evals = _evaluations(mv)
         base = {
             "version": int(mv["version"]),
             "aliases": ",".join(sorted(mv.get("aliases") or [])),
@@ -189,7 +196,7 @@ def _versions(client: Any, name: str) -> list[dict[str, Any]]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m harness.history",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", help="registered model name")
@@ -234,8 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     frame = history_frame(versions, args.metric)
     evaluated = frame[frame["decision"] != "-"] if not frame.empty else frame
     if args.metric and not evaluated.empty and evaluated["value"].isna().all():
+        recorded = sorted(
+            {m for v in versions for e in _evaluations(v) for m in e.get("metrics") or {}}
+        )
         print(
-            f"error: no evaluation of {args.name!r} recorded metric {args.metric!r}",
+            f"error: no evaluation of {args.name!r} recorded metric {args.metric!r}; "
+            f"recorded: {', '.join(recorded)}",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT

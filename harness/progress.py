@@ -1,4 +1,4 @@
-"""Status lines, quiet third-party logs and the per-stage time table of a run.
+"""Status lines, quiet third-party logs, the per-stage time table of a run and help text.
 
 A terminal gets tqdm bars for the long loops and one status line per step; a log file (stderr
 not a terminal) gets one line per step and no bar updates. Third-party libraries (MLflow,
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import resource
 import sys
 import time
@@ -38,6 +39,12 @@ NOISY_LOGGERS = (
     "py4j",
     "huey",
 )
+
+
+def help_text(doc: str | None) -> str:
+    """A module docstring as ``--help`` prints it: without reST markup (````x````, ``:mod:`x```)."""
+    text = re.sub(r":[a-z]+:`([^`]+)`", r"\1", doc or "")
+    return re.sub(r"``([^`]+)``", r"\1", text)
 
 
 def quiet(debug: bool = False) -> None:

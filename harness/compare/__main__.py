@@ -61,6 +61,7 @@ from harness.gate import (
     decide,
     verdict_line,
 )
+from harness.progress import help_text
 from harness.tracking import require_store
 
 EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 2, 3
@@ -73,7 +74,7 @@ class TrackingError(Exception):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m harness.compare",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("baseline", help="run id or models:/NAME/VERSION of the baseline")

@@ -263,6 +263,8 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
     ]
     bad_metric = _history(url, work, "reco", "--metric", "nope@3")
     assert bad_metric.returncode == 2 and len(bad_metric.stderr.strip().splitlines()) == 1
+    recorded = bad_metric.stderr.split("; recorded: ")[1].strip().split(", ")
+    assert {"ndcg@10", "recall@10"} <= set(recorded) and recorded == sorted(recorded)
 
 
 def test_a_bad_alias_is_a_one_line_error_before_any_model_runs(tmp_path: Path) -> None:
