@@ -208,3 +208,12 @@ def test_help_into_a_reader_that_stops_early_prints_no_traceback() -> None:
     finally:
         os.close(write)
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("module", ["harness.compare", "harness.history"])
+def test_tool_help_prints_no_rst_markup(module: str) -> None:
+    """The tools' --help is their module docstring, printed without ``code`` or :mod: markup."""
+    done = run(sys.executable, "-m", module, "--help")
+    assert done.returncode == 0, done.stderr
+    assert f"python -m {module}" in done.stdout
+    assert "``" not in done.stdout and ":mod:" not in done.stdout
