@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import shutil
 import signal
 import sys
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
+import pandas as pd
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
@@ -129,6 +131,15 @@ def suite_of(cfg: DictConfig) -> MetricSuite:
     )
 
 
+def _fit_table(table: pd.DataFrame, width: int) -> str:
+    """``table`` as text; models as columns (metrics as rows) when models as rows would be wider
+    than ``width`` characters (``metrics=full``: 28 metrics, over 300 characters)."""
+    text = table.to_string(float_format=lambda v: f"{v:.4f}", na_rep="-")
+    if max(map(len, text.splitlines()), default=0) <= width:
+        return text
+    return table.T.to_string(float_format=lambda v: f"{v:.4f}", na_rep="-")
+
+
 def format_summary(result: ExperimentResult) -> str:
     """The model × metric table, the split in one line and failures, for the terminal."""
     stats = result.split.stats
@@ -137,7 +148,7 @@ def format_summary(result: ExperimentResult) -> str:
         f"{result.split.name}: train {stats.get('n_train_events', 0):,} / test "
         f"{stats.get('n_test_events', 0):,} events, {stats.get('n_test_users', 0):,} test users",
         "",
-        result.table().to_string(float_format=lambda v: f"{v:.4f}", na_rep="-"),
+        _fit_table(result.table(), max(shutil.get_terminal_size((160, 24)).columns, 100)),
     ]
     for name, outcome in result.outcomes.items():
         lines += [f"note ({name}): {note}" for note in outcome.notes]

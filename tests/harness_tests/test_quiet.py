@@ -10,6 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from support import LOG_LINE, QuickRun
 
@@ -160,3 +161,17 @@ def test_a_terminal_sees_a_status_line_before_the_libraries_load(
         assert lines and lines[0] == starting, lines[:3]
     else:
         assert starting not in lines
+
+
+def test_a_table_wider_than_the_terminal_has_models_as_columns() -> None:
+    """metrics=full's 28 columns made a 300-character line: past the width, metrics are rows."""
+    from harness.cli import _fit_table
+
+    table = pd.DataFrame(
+        {"ndcg@10": [0.25, 0.5], "coverage@10": [float("nan"), 1.0]}, index=["pop", "knn"]
+    )
+    wide = "     ndcg@10  coverage@10\npop   0.2500            -\nknn   0.5000       1.0000"
+    assert _fit_table(table, width=25) == wide
+    assert _fit_table(table, width=24) == (
+        "               pop    knn\nndcg@10     0.2500 0.5000\ncoverage@10      - 1.0000"
+    )
