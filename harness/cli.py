@@ -79,7 +79,14 @@ from harness.spark.pipeline import (
     run_models_spark,
     split_spark,
 )
-from harness.split import check_usable, load_or_make_split, save_split, split_cache_key
+from harness.split import (
+    check_split_has_time,
+    check_usable,
+    load_or_make_split,
+    save_split,
+    split_cache_key,
+    without_times,
+)
 from harness.tracking import check_store_uri, configure_http
 
 EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
@@ -391,6 +398,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     spark_split: Any = None
     engine = cfg.get("engine") or {}
     driver_rows = int(engine.get("driver_rows") or 2_000_000)
+    check_split_has_time(str(cfg.split.method), _plain(cfg.dataset))  # before reading the data
     checkpoint("load")
     with stages.stage("load", "loading the dataset"):
         if spark is None:
@@ -413,6 +421,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         else:
             spark_split, split = split_spark(events, method, split_params, driver_rows)
     dataset = dataset.without_codes()  # the split's ids codes: not needed any more
+    split = without_times(split, _plain(cfg.dataset))  # no time column: no dates to show
     check_usable(split, dataset.frame)  # empty train/test: data error, exit 2, before any fit
     dropped = dropped_warning(split.stats, warn_share)
     if dropped:

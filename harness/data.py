@@ -52,6 +52,7 @@ __all__ = [
     "IdentityCache",
     "arrow_text",
     "check_text_file",
+    "duplicate_message",
     "id_codes",
     "known_codes",
     "load_interactions",
@@ -62,6 +63,7 @@ __all__ = [
     "read_parquet_columns",
     "read_text_table",
     "remember_codes",
+    "timed",
     "validate_interactions",
 ]
 
@@ -197,7 +199,7 @@ def id_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
 def load_interactions(
     path: str | os.PathLike[str],
     *,
-    columns: Mapping[str, str] | None = None,
+    columns: Mapping[str, str | None] | None = None,
     fmt: str | None = None,
     rating_range: tuple[float, float] | None = None,
     duplicates: str = "error",
@@ -223,7 +225,7 @@ def load_interactions(
 def load_interactions_coded(
     path: str | os.PathLike[str],
     *,
-    columns: Mapping[str, str] | None = None,
+    columns: Mapping[str, str | None] | None = None,
     fmt: str | None = None,
     rating_range: tuple[float, float] | None = None,
     duplicates: str = "error",
@@ -243,20 +245,18 @@ def load_interactions_coded(
     _check_timestamp_format(timestamp_format, source)
 
     found = file_columns(path, kind, source)
-    missing = [name for name in REQUIRED_COLUMNS if mapping[name] not in found]
-    if RATING in (columns or {}) and mapping[RATING] not in found:
-        missing.append(RATING)
+    wanted, missing = _wanted_columns(mapping, columns, found)
     if missing:
         raise missing_column(source, missing[0], mapping, found)
-    wanted = [name for name in COLUMNS if mapping[name] in found]
-    file_cols = [mapping[name] for name in wanted]
-
+    file_cols = [str(mapping[name]) for name in wanted]
     if kind == "parquet":
         schema = _check_flat_parquet(path, file_cols, source)
-        raw = read_parquet_columns(path, file_cols, {mapping[USER], mapping[ITEM]}, schema)
+        raw = read_parquet_columns(path, file_cols, set(file_cols[:2]), schema)  # user, item
     else:
         raw = _read_text_table(path, kind, source, len(found))
-    frame = pd.DataFrame({name: raw[mapping[name]].reset_index(drop=True) for name in wanted})
+    frame = pd.DataFrame(
+        {name: raw[col].reset_index(drop=True) for name, col in zip(wanted, file_cols, strict=True)}
+    )
     return _validate(
         frame,
         source=source,
@@ -314,7 +314,7 @@ def validate_interactions(
     source: str,
     rating_range: tuple[float, float] | None = None,
     duplicates: str = "error",
-    columns: Mapping[str, str] | None = None,
+    columns: Mapping[str, str | None] | None = None,
     timestamp_format: str | None = None,
 ) -> pd.DataFrame:
     """Check and normalize a frame that uses our column names; return a new Interactions frame.
@@ -338,14 +338,15 @@ def _validate(
     source: str,
     rating_range: tuple[float, float] | None = None,
     duplicates: str = "error",
-    columns: Mapping[str, str] | None = None,
+    columns: Mapping[str, str | None] | None = None,
     timestamp_format: str | None = None,
 ) -> tuple[pd.DataFrame, dict[str, IdCodes]]:
     """:func:`validate_interactions` and the :class:`IdCodes` of its text id columns."""
     mapping = _column_mapping(columns, source)
     _check_policy(duplicates, source)
     _check_timestamp_format(timestamp_format, source)
-    missing = [name for name in REQUIRED_COLUMNS if name not in df.columns]
+    with_time = mapping[TIMESTAMP] is not None
+    missing = [n for n in REQUIRED_COLUMNS if n not in df.columns and (with_time or n != TIMESTAMP)]
     if missing:
         raise DataError(
             f"{source}: missing column {_label(missing[0], mapping)}; "
@@ -361,14 +362,16 @@ def _validate(
         out[name] = column
         if codes is not None:
             coded[name] = codes
-    out[TIMESTAMP] = _normalize_timestamps(
-        df[TIMESTAMP], source, _label(TIMESTAMP, mapping), timestamp_format
+    out[TIMESTAMP] = (
+        _normalize_timestamps(df[TIMESTAMP], source, _label(TIMESTAMP, mapping), timestamp_format)
+        if with_time
+        else np.zeros(len(df), dtype=np.int64)  # no times: every event at 0 (split=random only)
     )
-    if RATING in df.columns:
+    if RATING in df.columns and mapping[RATING] is not None:
         out[RATING] = _normalize_ratings(df[RATING], source, _label(RATING, mapping), rating_range)
     # no copy: the columns are new arrays or copy-on-write views, never changed in place
     result = pd.DataFrame({name: _values(col) for name, col in out.items()}, copy=False)
-    keep = _duplicate_policy_rows(result, duplicates, source, coded)
+    keep = _duplicate_policy_rows(result, duplicates, source, coded, timed=with_time)
     if keep is None:
         return result, coded
     # each dropped row repeats a kept event: every distinct id is still used
@@ -383,8 +386,10 @@ def _values(col: pd.Series | np.ndarray) -> pd.Series | np.ndarray:
     return col.reset_index(drop=True) if isinstance(col, pd.Series) else col
 
 
-def _column_mapping(columns: Mapping[str, str] | None, source: str) -> dict[str, str]:
-    mapping = {name: name for name in COLUMNS}
+def _column_mapping(columns: Mapping[str, str | None] | None, source: str) -> dict[str, str | None]:
+    """Our column names -> the file's; ``None``: the file has no such column (rating, or a
+    timestamp: then every event gets time 0 and only ``split=random`` applies)."""
+    mapping: dict[str, str | None] = {name: name for name in COLUMNS}
     if columns:
         unknown = sorted(set(columns) - set(COLUMNS))
         if unknown:
@@ -392,8 +397,42 @@ def _column_mapping(columns: Mapping[str, str] | None, source: str) -> dict[str,
                 f"{source}: unknown column name {unknown[0]!r} in the column mapping; "
                 f"allowed: {list(COLUMNS)}"
             )
-        mapping.update({str(k): str(v) for k, v in columns.items()})
+        mapping.update({str(k): None if v is None else str(v) for k, v in columns.items()})
+    for name in (USER, ITEM):
+        if mapping[name] is None:
+            raise DataError(f"{source}: dataset.columns.{name} cannot be null: events need {name}s")
     return mapping
+
+
+def timed(columns: Mapping[str, str | None] | None) -> bool:
+    """Whether a column mapping reads event times (``dataset.columns.timestamp`` is not null)."""
+    return (columns or {}).get(TIMESTAMP, TIMESTAMP) is not None
+
+
+def _wanted_columns(
+    mapping: Mapping[str, str | None], columns: Mapping[str, str | None] | None, found: list[str]
+) -> tuple[list[str], list[str]]:
+    """The columns read (ours, in order) and those missing from the file (both engines): the
+    required ones unless mapped to null, and a rating column when it is there or named."""
+    wanted = [name for name in COLUMNS if mapping[name] is not None and mapping[name] in found]
+    missing = [n for n in REQUIRED_COLUMNS if mapping[n] is not None and mapping[n] not in found]
+    if RATING in (columns or {}) and mapping[RATING] is not None and mapping[RATING] not in found:
+        missing.append(RATING)
+    return wanted, missing
+
+
+def duplicate_message(source: str, rows: int, example: Mapping[str, Any], timed: bool) -> str:
+    """The start of the repeated-events error (both engines): how many rows, one example."""
+    if not timed:
+        return (
+            f"{source}: columns ('user', 'item') have {rows} rows in repeated pairs (no "
+            f"timestamp column), e.g. user={_show(example[USER])} item={_show(example[ITEM])}"
+        )
+    return (
+        f"{source}: columns ('user', 'item', 'timestamp') have {rows} rows in duplicate events, "
+        f"e.g. user={_show(example[USER])} item={_show(example[ITEM])} "
+        f"timestamp={_show(example[TIMESTAMP])}"
+    )
 
 
 def _check_policy(duplicates: str, source: str) -> None:
@@ -405,20 +444,20 @@ def _check_policy(duplicates: str, source: str) -> None:
 
 
 def missing_column(
-    source: str, name: str, mapping: Mapping[str, str], found: list[str]
+    source: str, name: str, mapping: Mapping[str, str | None], found: list[str]
 ) -> DataError:
     """The one-line error of a missing column (both engines), with the key that fixes it."""
-    hint = (
-        "; if the file has no ratings, set dataset.columns.rating=null"
-        if name == RATING
-        else f"; name the file's column with dataset.columns.{name}=<column>"
-    )
+    hint = f"; name the file's column with dataset.columns.{name}=<column>"
+    if name in (RATING, TIMESTAMP):
+        hint += f", or set dataset.columns.{name}=null if the file has no {name}s"
+        if name == TIMESTAMP:
+            hint += " (then only split=random applies)"
     return DataError(
         f"{source}: missing column {_label(name, mapping)}; columns found: {found}{hint}"
     )
 
 
-def _label(name: str, mapping: Mapping[str, str]) -> str:
+def _label(name: str, mapping: Mapping[str, str | None]) -> str:
     file_col = mapping.get(name, name)
     return f"'{name}'" if file_col == name else f"'{name}' (file column '{file_col}')"
 
@@ -1159,9 +1198,12 @@ def _duplicate_policy_rows(
     duplicates: str,
     source: str,
     coded: Mapping[str, IdCodes] | None = None,
+    *,
+    timed: bool = True,
 ) -> np.ndarray | None:
     """The rows (a mask) the policy for repeated (user, item, timestamp) events keeps: all
-    (None), an error naming the first repeat, or all but the first (last) of each event."""
+    (None), an error naming the first repeat, or all but the first (last) of each event.
+    ``timed=False`` (no time column): an event is a (user, item) pair."""
     if duplicates == "keep_all":
         return None
     found = _repeated_events(df, coded or {})
@@ -1175,10 +1217,9 @@ def _duplicate_policy_rows(
         same = np.sort(rows[event == event[rows == first][0]])
         row = {c: df[c].iloc[first] for c in (USER, ITEM, TIMESTAMP)}  # per column: ints stay ints
         raise DataError(
-            f"{source}: columns ('user', 'item', 'timestamp') have {int(in_repeat.sum())} rows in "
-            f"duplicate events, e.g. user={_show(row[USER])} item={_show(row[ITEM])} "
-            f"timestamp={_show(row[TIMESTAMP])} at rows {same[:5].tolist()}; set "
-            f"dataset.duplicates= one of {list(DUPLICATE_POLICIES)}"
+            duplicate_message(source, int(in_repeat.sum()), row, timed)
+            + f" at rows {same[:5].tolist()}; set dataset.duplicates= one of "
+            f"{list(DUPLICATE_POLICIES)}"
         )
     # each event's rows are in row order: keep_first drops every repeat, keep_last every row
     # that a later one repeats

@@ -126,10 +126,9 @@ def _load(spec: dict[str, Any]) -> Dataset:
         frame, categories = synthetic.generate_with_items(**params)
         return Dataset(name, frame, f"synthetic:{params}", item_features=categories)
     if kind == "file":
-        columns = {k: v for k, v in (spec.get("columns") or {}).items() if v is not None}
         frame, coded = load_interactions_coded(
             spec["path"],
-            columns=columns,
+            columns=spec.get("columns"),  # a null column is not in the file
             fmt=spec.get("format"),
             rating_range=_range(spec.get("rating_range")),
             duplicates=spec.get("duplicates", "error"),

@@ -47,7 +47,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from harness.data import ITEM, TIMESTAMP, USER, IdCodes, known_codes, remember_codes
+from harness.data import ITEM, TIMESTAMP, USER, IdCodes, known_codes, remember_codes, timed
 from harness.errors import DataError
 from harness.hashing import column_hash, content_hash, mix, row_hashes
 from metrics.checks import require_choice, require_columns, require_int, require_range
@@ -247,6 +247,32 @@ FILTER_PARAMS: dict[str, Any] = {
     "kcore": 0,
     "unseen": "drop",
 }
+
+
+#: The split that does not order events by time: the one a file without timestamps can use.
+UNTIMED_METHODS = frozenset({"random"})
+
+
+def check_split_has_time(method: str, dataset: Mapping[str, Any]) -> None:
+    """A split that orders events by time needs a time column (ValueError before loading):
+    without one every event is at time 0 and "the last event" would be an arbitrary one."""
+    untimed = dataset.get("kind") == "file" and not timed(dataset.get("columns"))
+    if untimed and method not in UNTIMED_METHODS:
+        raise ValueError(
+            f"split={method} orders events by time, but dataset.columns.timestamp=null (the "
+            "file has no time column): use split=random"
+        )
+
+
+def without_times(split: Split, dataset: Mapping[str, Any]) -> Split:
+    """``split`` with no time ranges in its stats when the file has no time column: every event
+    is at time 0, and "1970-01-01 → 1970-01-01" in the report would read as real dates."""
+    if dataset.get("kind") != "file" or timed(dataset.get("columns")):
+        return split
+    stats = {
+        k: None if k.endswith(("_time_min", "_time_max")) else v for k, v in split.stats.items()
+    }
+    return replace(split, stats=stats)
 
 
 # ------------------------------------------------------------------------------- filtering

@@ -724,7 +724,7 @@ def tune(cfg: DictConfig) -> int:
     from harness.cli import suite_of
     from harness.datasets import load_dataset
     from harness.progress import NOISY_LOGGERS, quiet
-    from harness.split import load_or_make_split, split_cache_key
+    from harness.split import check_split_has_time, load_or_make_split, split_cache_key
 
     quiet(bool(cfg.get("debug")))  # MLflow's and alembic's set-up lines (as python -m harness)
     if not cfg.get("debug"):
@@ -751,9 +751,10 @@ def tune(cfg: DictConfig) -> int:
         )
     _optuna()
     runs_dir = Path(cfg.runs_dir)
-    dataset = load_dataset(_plain_dict(cfg.dataset, "dataset"))
     split_params = _plain_dict(cfg.split, "split")
     method = split_params.pop("method")
+    check_split_has_time(method, _plain_dict(cfg.dataset, "dataset"))
+    dataset = load_dataset(_plain_dict(cfg.dataset, "dataset"))
     # made (and cached under runs_dir/splits) here, so a split without validation is refused
     # before any sweep starts, and every trial reads the cached split
     split = load_or_make_split(

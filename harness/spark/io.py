@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -399,7 +400,7 @@ def read_interactions(
     *,
     fmt: str | None = None,
     rating_range: tuple[float, float] | None = None,
-    columns: dict[str, str] | None = None,
+    columns: Mapping[str, str | None] | None = None,
     duplicates: str = "error",
     timestamp_format: str | None = None,
 ) -> DataFrame:
@@ -426,6 +427,7 @@ def read_interactions(
         _check_timestamp_format,
         _column_mapping,
         _label,
+        _wanted_columns,
         missing_column,
     )
     from harness.errors import DataError
@@ -442,10 +444,8 @@ def read_interactions(
     else:
         df = reader.parquet(source)
     found = [str(c) for c in df.columns]
-    wanted = ["user", "item", "timestamp"] + (["rating"] if mapping["rating"] in found else [])
-    missing = [c for c in ("user", "item", "timestamp") if mapping[c] not in found]
-    if "rating" in (columns or {}) and mapping["rating"] not in found:
-        missing.append("rating")
+    wanted, missing = _wanted_columns(mapping, columns, found)
+    with_time = mapping["timestamp"] is not None
     if missing:
         raise missing_column(source, missing[0], mapping, found)
     df = df.select(*[sf.col(f"`{mapping[c]}`").alias(c) for c in wanted])
@@ -493,10 +493,14 @@ def read_interactions(
                 f"{source}: column {_label(name, mapping)} holds {dtype.simpleString()} values; "
                 "ids must be integers or text"
             )
-    seconds, ts_checks = _timestamp_seconds(
-        df, source, _label("timestamp", mapping), timestamp_format
-    )
-    checks += ts_checks
+    if with_time:
+        seconds, ts_checks = _timestamp_seconds(
+            df, source, _label("timestamp", mapping), timestamp_format
+        )
+        checks += ts_checks
+        checks.append(("timestamp", "_seconds", seconds.isNull() & sf.col("timestamp").isNotNull()))
+    else:  # no time column: every event at 0 (split=random only), as in-process
+        seconds = sf.lit(0).cast("bigint")
     out_cols = {"timestamp": seconds}
     if "rating" in wanted:
         rating = sf.trim(sf.col("rating").cast("string")).try_cast("double")
@@ -515,7 +519,6 @@ def read_interactions(
             outside = rating.isNotNull() & ~bad & ((rating < lo) | (rating > hi))
             checks.append(("rating", f"rating(s) outside [{lo}, {hi}]", outside))
         out_cols["rating"] = rating
-    checks.append(("timestamp", "_seconds", seconds.isNull() & sf.col("timestamp").isNotNull()))
 
     aggs = []
     for i, (name, _, cond) in enumerate(checks):
@@ -556,17 +559,23 @@ def read_interactions(
         typed["item"].alias("item"),
         *[c.alias(n) for n, c in out_cols.items()],
     )
-    return _duplicate_policy(result, duplicates, source, DUPLICATE_POLICIES, Window)
+    return _duplicate_policy(result, duplicates, source, DUPLICATE_POLICIES, Window, with_time)
 
 
 def _duplicate_policy(
-    df: DataFrame, duplicates: str, source: str, policies: tuple[str, ...], window: Any
+    df: DataFrame,
+    duplicates: str,
+    source: str,
+    policies: tuple[str, ...],
+    window: Any,
+    timed: bool = True,
 ) -> DataFrame:
     """:func:`harness.data._duplicate_policy_rows` on Spark: ``error`` counts the rows in
     duplicate (user, item, timestamp) events (one job); ``keep_first`` / ``keep_last`` keep one
     per event by input order (Spark's ``monotonically_increasing_id``)."""
     from pyspark.sql import functions as sf
 
+    from harness.data import duplicate_message
     from harness.errors import DataError
 
     if duplicates == "keep_all":
@@ -584,12 +593,9 @@ def _duplicate_policy(
             .first()
         )
         if dup is not None and dup["rows"]:
-            e = dup["e"]
             raise DataError(
-                f"{source}: columns ('user', 'item', 'timestamp') have {int(dup['rows'])} rows "
-                f"in duplicate events, e.g. user={_shown(e['user'])} item={_shown(e['item'])} "
-                f"timestamp={_shown(e['timestamp'])}; set dataset.duplicates= one of "
-                f"{list(policies)}"
+                duplicate_message(source, int(dup["rows"]), dup["e"].asDict(), timed)
+                + f"; set dataset.duplicates= one of {list(policies)}"
             )
         return df
     order = sf.col("_dup_row").asc() if duplicates == "keep_first" else sf.col("_dup_row").desc()

@@ -133,8 +133,7 @@ def load_spark(
         path,
         fmt=spec.get("format"),
         rating_range=None if rating_range is None else (rating_range[0], rating_range[1]),
-        # the in-process loader's options (harness.datasets): a null column is not in the file
-        columns={k: v for k, v in (spec.get("columns") or {}).items() if v is not None},
+        columns=spec.get("columns"),  # as in-process: a null column is not in the file
         duplicates=spec.get("duplicates", "error"),
         timestamp_format=spec.get("timestamp_format"),
     ).cache()

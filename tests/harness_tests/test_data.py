@@ -236,6 +236,35 @@ def test_explicitly_mapped_rating_must_exist(tmp_path: Path) -> None:
         load_interactions(path, columns={"rating": "r"})
 
 
+def test_a_file_without_timestamps_loads_with_every_event_at_zero(tmp_path: Path) -> None:
+    """dataset.columns.timestamp=null: no time column; a repeated (user, item) pair is a
+    repeated event; rating=null ignores a rating column that is there."""
+    text = "u,i,rating,when\n1,a,4,x\n2,b,5,y\n1,a,2,z\n"  # 'when' holds no times
+    path = write(tmp_path, text, "orders.csv")
+    columns = {"user": "u", "item": "i", "timestamp": None, "rating": None}
+    with pytest.raises(DataError) as err:
+        load_interactions(path, columns=columns)
+    assert str(err.value) == (
+        f"{path}: columns ('user', 'item') have 2 rows in repeated pairs (no timestamp column), "
+        "e.g. user=1 item='a' at rows [0, 2]; set dataset.duplicates= one of "
+        "['error', 'keep_last', 'keep_first', 'keep_all']"
+    )
+    got = load_interactions(path, columns={**columns, "rating": "rating"}, duplicates="keep_last")
+    assert got.to_dict("list") == {
+        "user": [2, 1], "item": ["b", "a"], "timestamp": [0, 0], "rating": [5.0, 2.0]
+    }  # fmt: skip
+    got = load_interactions(path, columns=columns, duplicates="keep_all")
+    assert list(got.columns) == ["user", "item", "timestamp"] and len(got) == 3
+    # without the null, a missing time column names both ways out
+    with pytest.raises(DataError) as err:
+        load_interactions(path, columns={"user": "u", "item": "i"})
+    assert str(err.value).endswith(
+        "name the file's column with dataset.columns.timestamp=<column>, or set "
+        "dataset.columns.timestamp=null if the file has no timestamps (then only split=random "
+        "applies)"
+    )
+
+
 def test_parquet_null_id_names_file_and_column(tmp_path: Path) -> None:
     frame = pd.DataFrame({"user": [1, None], "item": [1, 2], "timestamp": [1, 2]})
     path = tmp_path / "nulls.parquet"

@@ -194,6 +194,11 @@ def write_cases(base: Path) -> dict[str, tuple[str, tuple[str, ...], tuple[str, 
         "no_rating": ("no_rating.csv", (), ("'rating'", "dataset.columns.rating=null")),
         "nested": ("nested.parquet", no_rating, ("column 'user' holds nested values",)),
         "one_timestamp": ("one_timestamp.csv", no_rating, ("every event is at one timestamp",)),
+        "untimed_time_split": (
+            "good.csv",
+            (*no_rating, "dataset.columns.timestamp=null"),  # split=global_time by default
+            ("split=global_time orders events by time", "dataset.columns.timestamp=null"),
+        ),
         "cut_after_last": (
             "good.csv",
             (*no_rating, "split.cut=2030-01-01"),
@@ -247,6 +252,7 @@ CLI_CASES = [
     "no_rating",
     "nested",
     "one_timestamp",
+    "untimed_time_split",
     "cut_after_last",
     "empty_candidates",
     "binary_candidates",
@@ -263,13 +269,38 @@ def test_malformed_input_is_one_error_line_and_exit_2(case: str, cli_runs: dict[
     assert len(lines) == 1 and lines[0].startswith("error: "), explain(proc)
     assert "Traceback" not in proc.stderr + proc.stdout
     line = lines[0]
-    if case not in ("one_timestamp", "cut_after_last"):  # split errors are about the split
+    if case not in ("one_timestamp", "untimed_time_split", "cut_after_last"):  # about the split
         assert name in line or any(f.endswith(".csv") and f in line for f in fragments), line
     for fragment in fragments:
         assert fragment in line, (fragment, line)
     if "candidates" not in case:  # refused before anything was evaluated
         folder = cli_runs["base"] / case / "runs" / "results"
         assert not any(folder.rglob("summary.csv")) if folder.exists() else True
+
+
+@pytest.mark.slow
+def test_a_file_without_timestamps_runs_split_random(tmp_path: Path) -> None:
+    """dataset.columns.timestamp=null with split=random gives the run of the same events with
+    every timestamp 0, and the report shows no dates."""
+    frame = good_frame(n=1500)
+    frame.drop(columns="timestamp").to_csv(tmp_path / "untimed.csv", index=False)
+    frame.assign(timestamp=0).to_csv(tmp_path / "zero.csv", index=False)
+    common = (*COMMON, "dataset.columns.rating=null", "split=random")
+    runs = {
+        "untimed": (f"dataset.path={tmp_path / 'untimed.csv'}", "dataset.columns.timestamp=null"),
+        "zero": (f"dataset.path={tmp_path / 'zero.csv'}",),
+    }
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {k: pool.submit(run_cli, tmp_path / k, *common, *a) for k, a in runs.items()}
+        procs = {kind: f.result() for kind, f in futures.items()}
+    tables = {}
+    for kind, proc in procs.items():
+        assert proc.returncode == 0, explain(proc)
+        folder = tmp_path / kind / re.search(r"^results: (.+)$", proc.stdout, re.M).group(1)
+        tables[kind] = pd.read_csv(folder / "summary.csv", index_col=0)
+        dated = "1970-01-01" in (folder / "report.md").read_text()
+        assert dated == (kind == "zero")  # the zero file's times are real times
+    pd.testing.assert_frame_equal(tables["untimed"], tables["zero"])
 
 
 @pytest.mark.slow

@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from harness.datasets import Dataset
 from harness.split import (
+    METHODS,
     Split,
     apply_filters,
+    check_split_has_time,
     data_hash,
     global_time,
     leave_one_out,
@@ -476,3 +478,15 @@ def test_text_ids_split_like_integer_ids(method: str, params: dict) -> None:
     for x, y in zip(parts(a), parts(b), strict=True):
         assert x.index.equals(y.index)
         assert (y["user"].str[1:].astype(int).to_numpy() == x["user"].to_numpy()).all()
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_only_the_random_split_takes_a_file_without_timestamps(method: str) -> None:
+    untimed = {"kind": "file", "columns": {"user": "u", "timestamp": None}}
+    for timed in ({"kind": "file", "columns": {"user": "u"}}, {"kind": "synthetic"}):
+        check_split_has_time(method, timed)
+    if method == "random":
+        check_split_has_time(method, untimed)
+    else:
+        with pytest.raises(ValueError, match=rf"^split={method} orders events by time, but "):
+            check_split_has_time(method, untimed)

@@ -271,6 +271,12 @@ def test_read_interactions_gives_the_loaders_rows_and_types(spark: Any, tmp_path
             pd.concat([GOOD, GOOD.assign(rating=4.0)]),
             {"duplicates": "keep_last"},
         ),
+        # no time column: every event at 0, a repeated pair is a repeated event
+        "untimed.csv": (
+            pd.concat([GOOD, GOOD.iloc[[1]].assign(rating=4.0)]).drop(columns="timestamp"),
+            {"columns": {"timestamp": None}, "duplicates": "keep_last"},
+        ),
+        "unrated.parquet": (GOOD, {"columns": {"rating": None}}),  # null: the column is ignored
         "format.csv": (
             GOOD.assign(
                 timestamp=[
@@ -336,3 +342,28 @@ def test_read_interactions_gives_the_loaders_one_line_errors(
     message = str(got.value)
     assert "\n" not in message and message.startswith(str(path))
     assert message == _without_rows(str(want.value))
+
+
+def test_a_repeated_pair_without_timestamps_is_the_same_error_on_both_engines(
+    spark: Any, tmp_path: Any
+) -> None:
+    from harness import data as hdata
+    from harness.errors import DataError
+    from harness.spark.io import read_interactions
+
+    path = tmp_path / "untimed.csv"
+    _write(pd.concat([GOOD, GOOD.iloc[[2]]]).drop(columns="timestamp"), path)
+    columns = {"timestamp": None}
+    with pytest.raises(DataError) as want:
+        hdata.load_interactions(path, columns=columns)
+    with pytest.raises(DataError) as got:
+        read_interactions(spark, str(path), columns=columns)
+    assert (
+        str(got.value)
+        == _without_rows(str(want.value))
+        == (
+            f"{path}: columns ('user', 'item') have 2 rows in repeated pairs (no timestamp "
+            "column), e.g. user=7 item='c'; set dataset.duplicates= one of "
+            "['error', 'keep_last', 'keep_first', 'keep_all']"
+        )
+    )
