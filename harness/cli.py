@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 import shutil
 import signal
 import sys
@@ -353,7 +354,11 @@ def _job_row(
 ) -> dict[str, Any]:
     """This run as one row of a multirun's table (its Hydra overrides, headline, decision)."""
     try:
-        overrides = list(HydraConfig.get().overrides.task)
+        # a sweep's jobs get Hydra's re-written overrides, booleans as Python's: "progress=False"
+        overrides = [
+            re.sub(r"=(True|False)$", lambda m: "=" + m.group(1).lower(), o)
+            for o in HydraConfig.get().overrides.task
+        ]
     except ValueError:  # not run by Hydra (python -m harness.tune, tests)
         overrides = []
     tracked = cfg.tracking.get("enabled", True) and cfg.tracking.get("uri")

@@ -228,6 +228,7 @@ def test_multirun_jobs_get_their_own_folders_and_log_their_own_files(tmp_path: P
         "tracking=local",
         "name=multi",
         "model=popularity,random,item_knn",
+        "debug=false",  # shown as typed, not as Hydra re-writes it for a job (debug=False)
     )
     assert proc.returncode == 0, proc.stderr
     assert not [line for line in (proc.stdout + proc.stderr).splitlines() if LOG_LINE.search(line)]
@@ -240,6 +241,7 @@ def test_multirun_jobs_get_their_own_folders_and_log_their_own_files(tmp_path: P
         table[1:4], ("popularity", "random", "item_knn"), lines, strict=True
     ):
         assert f"model={model}" in row and folder in row, row
+        assert "debug=false" in row, row
     folders = sorted((tmp_path / "runs" / "results" / "multi").iterdir())
     assert sorted(printed) == folders
     by_model = {}
