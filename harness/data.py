@@ -529,8 +529,9 @@ def read_parquet_columns(
     schema = _parquet_schema(path) if schema is None else schema
     text = [c for c in dict.fromkeys(columns) if c in ids and _dictionary_stored(path, schema, c)]
     rest = [c for c in dict.fromkeys(columns) if c not in text]
-    frame = pd.read_parquet(path, columns=rest) if rest else None
-    out = {c: frame[c].reset_index(drop=True) for c in rest} if frame is not None else {}
+    # one column at a time: a frame of several int64 columns is consolidated into one 2D block,
+    # a copy of them all (user, item and score of 20M rows: 1.3 against 0.3 CPU s)
+    out = {c: pd.read_parquet(path, columns=[c])[c].reset_index(drop=True) for c in rest}
     if text:
         table = pq.read_table(path, columns=text, read_dictionary=text)
         for c in text:
