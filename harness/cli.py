@@ -495,6 +495,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
                 driver_rows=driver_rows,
                 reused=reused,
             )
+        models.clear()  # fitted models (item-kNN's neighbours, factors): their results are out
         result.candidates = cand_stats
         if resume_spec:
             record_resumption(folder, result.outcomes)
@@ -542,6 +543,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     save_plan(the_plan, folder)
     (folder / "stages.json").write_text(json.dumps(stages.as_json(), indent=1))
     mark_complete(folder)
+    split = result.split = split.released()  # logging reads the plan and the folder
     print(f"\nresults: {folder}\nreport:  {report['html']}")
     code = EXIT_MODEL_FAILED if result.failed else 0
     if result.failed:

@@ -53,6 +53,7 @@ __all__ = [
     "arrow_text",
     "check_text_file",
     "duplicate_message",
+    "empty_like",
     "id_codes",
     "known_codes",
     "load_interactions",
@@ -147,6 +148,12 @@ class IdentityCache:
 # ``id_codes``), keyed by the identity of the column's Arrow data: Arrow arrays cannot change,
 # so the same data object always has the same codes.
 _KNOWN_CODES = IdentityCache()
+
+
+def empty_like(frame: pd.DataFrame) -> pd.DataFrame:
+    """An empty frame with ``frame``'s columns and dtypes, sharing none of its memory (a
+    zero-row slice would keep the whole columns' buffers alive)."""
+    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in frame.dtypes.items()})
 
 
 def arrow_text(column: pd.Series) -> pa.ChunkedArray | None:

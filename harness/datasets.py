@@ -10,7 +10,13 @@ from typing import Any
 import pandas as pd
 
 from harness import synthetic
-from harness.data import IdCodes, load_interactions_coded, load_item_table, validate_interactions
+from harness.data import (
+    IdCodes,
+    empty_like,
+    load_interactions_coded,
+    load_item_table,
+    validate_interactions,
+)
 from harness.errors import DataError
 from harness.split import data_hash, input_distinct
 
@@ -80,8 +86,7 @@ class Dataset:
         counted = all(f"n_input_{c}s" in stats for c in ("user", "item") if c in frame)
         if self.n_events is not None or not counted or stats.get("n_input_events") != len(frame):
             return self
-        # new empty columns: a zero-row slice would keep the whole columns' buffers alive
-        empty = pd.DataFrame({c: pd.Series([], dtype=d) for c, d in frame.dtypes.items()})
+        empty = empty_like(frame)
         return replace(self, frame=empty, n_events=len(frame), digest=self.sha256, coded=None)
 
     def side_inputs(self) -> dict[str, Any]:

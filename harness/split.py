@@ -47,7 +47,16 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from harness.data import ITEM, TIMESTAMP, USER, IdCodes, known_codes, remember_codes, timed
+from harness.data import (
+    ITEM,
+    TIMESTAMP,
+    USER,
+    IdCodes,
+    empty_like,
+    known_codes,
+    remember_codes,
+    timed,
+)
 from harness.errors import DataError
 from harness.hashing import column_hash, content_hash, mix, row_hashes
 from metrics.checks import require_choice, require_columns, require_int, require_range
@@ -91,6 +100,12 @@ class Split:
     stats: dict[str, Any]
     name: str
     params: dict[str, Any]
+
+    def released(self) -> Split:
+        """This split with empty parts (same columns and dtypes) and the same stats: for the
+        steps after the report, which read only the stats, so the parts' memory goes back."""
+        valid = None if self.valid is None else empty_like(self.valid)
+        return replace(self, train=empty_like(self.train), test=empty_like(self.test), valid=valid)
 
 
 # ------------------------------------------------------------------------------ the methods

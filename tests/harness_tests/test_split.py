@@ -490,3 +490,19 @@ def test_only_the_random_split_takes_a_file_without_timestamps(method: str) -> N
     else:
         with pytest.raises(ValueError, match=rf"^split={method} orders events by time, but "):
             check_split_has_time(method, untimed)
+
+
+def test_a_released_split_keeps_its_stats_and_column_types_but_no_rows() -> None:
+    part = pd.DataFrame({"user": ["a", "b"], "item": [1, 2], "timestamp": [5, 6]})
+    part["user"] = part["user"].astype("str")
+    split = Split(part, part.iloc[:1], None, {"n_train_events": 2}, "random", {"seed": 0})
+    out = split.released()
+    assert (out.stats, out.name, out.params, out.valid) == (
+        split.stats,
+        "random",
+        {"seed": 0},
+        None,
+    )
+    for got in (out.train, out.test):
+        assert len(got) == 0 and dict(got.dtypes) == dict(part.dtypes)
+    assert len(split.train) == 2  # the original is unchanged
