@@ -297,9 +297,8 @@ def plan(
     specs = _specs_of(config)
     # the configured baseline is tagged "baseline" also when every candidate failed (no pair)
     baseline = pairs[0].baseline if pairs else specs[0].baseline if specs else None
-    specs = specs if pairs else None
     fairness = _fairness_metrics(pairs)
-    by_sizing = _sizing_metrics(result, pairs, decisions, *specs, sizing) if specs else {}
+    by_sizing = _sizing_metrics(result, pairs, decisions, *specs, sizing) if specs and pairs else {}
     children = []
     for name, outcome in result.outcomes.items():
         ev = outcome.evaluation
