@@ -63,6 +63,7 @@ __all__ = [
     "plain",
     "read_parquet_columns",
     "read_text_table",
+    "release_arrow_memory",
     "remember_codes",
     "timed",
     "validate_interactions",
@@ -148,6 +149,13 @@ class IdentityCache:
 # ``id_codes``), keyed by the identity of the column's Arrow data: Arrow arrays cannot change,
 # so the same data object always has the same codes.
 _KNOWN_CODES = IdentityCache()
+
+
+def release_arrow_memory() -> None:
+    """Give back to the OS what Arrow's allocator keeps after its buffers are freed: it holds
+    on to it for later Arrow allocations, which numpy never makes (reading three columns of 20M
+    rows left 860 MB of RSS for 460 MB of data; 510 MB after this)."""
+    pa.default_memory_pool().release_unused()
 
 
 def empty_like(frame: pd.DataFrame) -> pd.DataFrame:
@@ -261,8 +269,12 @@ def load_interactions_coded(
         raw = read_parquet_columns(path, file_cols, set(file_cols[:2]), schema)  # user, item
     else:
         raw = _read_text_table(path, kind, source, len(found))
-    frame = pd.DataFrame(
-        {name: raw[col].reset_index(drop=True) for name, col in zip(wanted, file_cols, strict=True)}
+    frame = pd.DataFrame(  # copy=False: int64 columns would otherwise be copied into one block
+        {
+            name: raw[col].reset_index(drop=True)
+            for name, col in zip(wanted, file_cols, strict=True)
+        },
+        copy=False,
     )
     return _validate(
         frame,
@@ -543,6 +555,8 @@ def read_parquet_columns(
         table = pq.read_table(path, columns=text, read_dictionary=text)
         for c in text:
             out[c] = pd.Series(_dictionary_categorical(table.column(c)), copy=False)
+        del table
+    release_arrow_memory()  # the read's transient buffers
     return out
 
 

@@ -126,11 +126,14 @@ class PrecomputedScores(BaseRecommender):
         user_codes, file_users, train_users = _coded_ids(*users, self.user_ids_)
         item_codes, file_items, train_items = _coded_ids(*items, self.item_ids_)
         scores = self._scores(table[SCORE])
+        del table, users, items  # the file's columns as read: only their codes are used now
+        n_rows = scores.size
 
         n_file_items = file_items.size
         keys = user_codes.astype(np.int64) * n_file_items + item_codes
         by_key = np.argsort(keys, kind="stable")
         sorted_keys = keys[by_key]
+        del keys
         dup = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1])
         if dup.size:
             rows = np.sort(by_key[dup[0] : dup[0] + 2])
@@ -145,34 +148,41 @@ class PrecomputedScores(BaseRecommender):
         # Which file rows are training pairs (for exclude_seen and stats).
         tr_user = pd.Index(train_users).get_indexer(file_users)
         tr_item = pd.Index(train_items).get_indexer(file_items)
-        ru, ri = tr_user[user_codes], tr_item[item_codes]
-        known = (ru >= 0) & (ri >= 0)
-        seen = np.zeros(keys.size, dtype=bool)
-        if known.any():
-            hit = self.interactions_[ru[known], ri[known]]
-            seen[known] = np.asarray(hit).ravel() > 0
+        # rows of a training user and item, looked up through the small per-id tables
+        known = np.flatnonzero((tr_user >= 0)[user_codes] & (tr_item >= 0)[item_codes])
+        seen = np.zeros(n_rows, dtype=bool)
+        if known.size:
+            ru, ri = tr_user[user_codes[known]], tr_item[item_codes[known]]
+            seen[known] = np.asarray(self.interactions_[ru, ri]).ravel() > 0
 
         # Lists hold positions in the file's sorted items (their codes: ranking by code is ranking
         # by id), not one id object per row; ids are taken only in ``recommend``.
         self._file_users = pd.Index(file_users)
         file_items.flags.writeable = False
         self._file_items = file_items
-        by_file = np.arange(keys.size) if self.ties == "file" else item_codes  # tied rows' order
+        # Each array goes as soon as it is used (20M rows: 160 MB each).
+        self._keys, self._key_scores = sorted_keys, scores[by_key]
+        del sorted_keys, by_key
+        by_file = np.arange(n_rows) if self.ties == "file" else item_codes  # tied rows' order
         order = _rank_order(user_codes, by_file, scores)
-        owner, ranked_at = user_codes[order], item_codes[order]
-        ranked_scores = scores[order]
-        self._lists = (_indptr(owner, file_users.size), ranked_at, ranked_scores)
+        del by_file
+        ranked_at, ranked_scores = item_codes[order], scores[order]
+        del item_codes, scores
+        owner = user_codes[order]
+        del user_codes
         keep = ~seen[order]
+        del order
+        self._lists = (_indptr(owner, file_users.size), ranked_at, ranked_scores)
+        owner = owner[keep]
         self._unseen_lists = (
-            _indptr(owner[keep], file_users.size),
+            _indptr(owner, file_users.size),
             ranked_at[keep],
             ranked_scores[keep],
         )
-        self._keys, self._key_scores = sorted_keys, scores[by_key]
         self._file_item_index = pd.Index(file_items)
         self._n_file_items = n_file_items
         self.stats_: dict[str, Any] = {
-            "rows": int(keys.size),
+            "rows": int(n_rows),
             "users_in_file": int(file_users.size),
             "items_in_file": int(n_file_items),
             "users_not_in_train": int((tr_user < 0).sum()),
@@ -236,7 +246,10 @@ class PrecomputedScores(BaseRecommender):
             )
         if len(raw) == 0:
             raise ValueError(f"{self.path}: no rows (0 data rows)")
-        return pd.DataFrame({name: raw[wanted[name]].reset_index(drop=True) for name in _FIELDS})
+        # copy=False: two int64 columns would otherwise be copied into one block
+        return pd.DataFrame(
+            {name: raw[wanted[name]].reset_index(drop=True) for name in _FIELDS}, copy=False
+        )
 
     def _scores(self, column: pd.Series) -> np.ndarray:
         """Scores as finite float64, or ``ValueError`` naming the file, column and a value."""
