@@ -44,7 +44,7 @@ from harness.compare import (
     read_labels,
 )
 from harness.compare.sizing import format_sizing, sizing_notes, sizing_of
-from harness.data import _first_line
+from harness.data import _first_line, release_arrow_memory
 from harness.datasets import load_dataset
 from harness.errors import DataError
 from harness.experiment import (
@@ -437,6 +437,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         save_split(split, runs_dir / "splits", key, dataset.sha256)
     if spark is None:  # the split's parts hold what the run reads: the events' memory goes
         dataset = dataset.released(split.stats)
+        release_arrow_memory()  # the events' Arrow text goes back to the OS, not to Arrow's pool
     reused: dict[str, ModelOutcome] = {}
     if resume_spec:  # the interrupted run's folder and the models it finished
         taken = resume(resume_spec, runs_dir, str(cfg.name), key, _plain(cfg))
@@ -544,6 +545,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     (folder / "stages.json").write_text(json.dumps(stages.as_json(), indent=1))
     mark_complete(folder)
     split = result.split = split.released()  # logging reads the plan and the folder
+    release_arrow_memory()
     print(f"\nresults: {folder}\nreport:  {report['html']}")
     code = EXIT_MODEL_FAILED if result.failed else 0
     if result.failed:
