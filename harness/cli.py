@@ -67,7 +67,7 @@ from harness.gate import (
     verdict_line,
     worst,
 )
-from harness.models import Recommender, model_class, without_search_space
+from harness.models import Recommender, check_options, model_class, without_search_space
 from harness.promote import promote_run
 from harness.record import job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
@@ -107,8 +107,10 @@ def build_models(cfg: DictConfig, progress: bool) -> tuple[dict[str, Recommender
         if not target:
             raise ValueError(f"model {name!r} has no _target_ (the class to build)")
         try:
-            accepted = inspect.signature(model_class(str(name), target)).parameters
-        except ValueError as err:  # a wrong class path: the others still run
+            cls = model_class(str(name), target)
+            check_options(str(name), cls, node)
+            accepted = inspect.signature(cls).parameters
+        except ValueError as err:  # a wrong class path or option: the others still run
             if cfg.get("debug"):
                 raise
             errors[str(name)] = str(err)

@@ -280,12 +280,14 @@ def check_split_has_time(method: str, dataset: Mapping[str, Any]) -> None:
 
 
 def without_times(split: Split, dataset: Mapping[str, Any]) -> Split:
-    """``split`` with no time ranges in its stats when the file has no time column: every event
-    is at time 0, and "1970-01-01 → 1970-01-01" in the report would read as real dates."""
+    """``split`` with no time ranges or leakage in its stats when the file has no time column:
+    every event is at time 0, so "1970-01-01 → 1970-01-01" would read as real dates and a
+    leakage of 0 as "none" when it cannot be measured."""
     if dataset.get("kind") != "file" or timed(dataset.get("columns")):
         return split
     stats = {
-        k: None if k.endswith(("_time_min", "_time_max")) else v for k, v in split.stats.items()
+        k: None if k.endswith(("_time_min", "_time_max")) or k.startswith("leakage_") else v
+        for k, v in split.stats.items()
     }
     return replace(split, stats=stats)
 

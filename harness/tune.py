@@ -82,7 +82,7 @@ _VALIDATION_HINT = {
     "global_time": "split.valid_cut=0.7 (a quantile or date before split.cut)",
     "leave_one_out": "split.valid=true",
     "user_time": "split.valid_ratio=0.1",
-    "random": "+split.valid_ratio=0.1",
+    "random": "split.valid_ratio=0.1",
 }
 SAMPLERS = ("tpe", "random")
 _GRAMMAR = "int(low, high[, log]), float(low, high[, log]) or choice(a, b, ...)"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
+import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +46,7 @@ __all__ = [
     "PrecomputedScores",
     "RandomModel",
     "Recommender",
+    "check_options",
     "model_class",
     "padding_mask",
     "topk_rows",
@@ -61,38 +64,80 @@ def without_search_space(node: Mapping[str, Any]) -> Mapping[str, Any]:
     return {k: v for k, v in node.items() if k != SEARCH_SPACE_KEY}
 
 
+def _names(where: Any = None) -> list[str]:
+    """Public names of a module or package, its submodules not imported yet included (``None``:
+    the top-level modules on ``sys.path``), for close-name hints."""
+    path = getattr(where, "__path__", None) if where is not None else None
+    subs = [m.name for m in pkgutil.iter_modules(path)] if where is None or path else []
+    own = [a for a in dir(where) if not a.startswith("_")] if where is not None else []
+    return sorted(set(own + subs))
+
+
+def _close(name: str, where: Any = None) -> str:
+    close = difflib.get_close_matches(name, _names(where))
+    return f" (close: {', '.join(close)})" if close else ""
+
+
+def _import(key: str, module_name: str) -> Any:
+    """The module ``module_name``, None when no such module exists; a ValueError naming
+    ``key`` when it exists but raises while importing (the user's code failing)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name is not None and (module_name + ".").startswith(err.name + "."):
+            return None  # this path is not a module
+        raise ValueError(f"{key}: importing {module_name} failed: {err}") from err
+    except Exception as err:  # the user's module raised while importing
+        raise ValueError(
+            f"{key}: importing {module_name} failed: {type(err).__name__}: {err}"
+        ) from err
+
+
 def model_class(name: str, target: object) -> type:
     """The class a model config's ``_target_`` names (``pkg.module.Class``, or a nested class).
 
     A wrong path is one ``ValueError`` line naming ``model.<name>._target_``, the module that is
-    missing or the attribute it lacks, and close names: Hydra's own lookup logs three lines and
-    says only that the module failed to load.
+    missing or the attribute it lacks, and close names (submodules not imported yet included):
+    Hydra's own lookup logs three lines and says only that the module failed to load.
     """
     key = f"model.{name}._target_={target}"
     parts = str(target).split(".") if isinstance(target, str) else []
     if len(parts) < 2 or not all(p.isidentifier() for p in parts):
         raise ValueError(f"{key}: not a dotted path to a class such as mypkg.MyRecommender")
-    for cut in range(len(parts) - 1, 0, -1):  # the longest importable prefix is the module
-        module_name = ".".join(parts[:cut])
-        try:
-            found: Any = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            if err.name is not None and (module_name + ".").startswith(err.name + "."):
-                continue  # this prefix is not a module: try a shorter one
-            raise ValueError(f"{key}: importing {module_name} failed: {err}") from err
-        except Exception as err:  # the user's module raised while importing
-            raise ValueError(
-                f"{key}: importing {module_name} failed: {type(err).__name__}: {err}"
-            ) from err
-        for i, attr in enumerate(parts[cut:], start=cut):
-            if not hasattr(found, attr):
-                close = difflib.get_close_matches(attr, [a for a in dir(found) if a[0] != "_"])
-                hint = f" (close: {', '.join(close)})" if close else ""
-                raise ValueError(f"{key}: {'.'.join(parts[:i])} has no {attr!r}{hint}")
+    found = _import(key, parts[0])
+    if found is None:
+        raise ValueError(
+            f"{key}: no module named {parts[0]!r}{_close(parts[0])} (is the package installed, "
+            f"or on PYTHONPATH?)"
+        )
+    for i, attr in enumerate(parts[1:], start=1):
+        if hasattr(found, attr):
             found = getattr(found, attr)
-        if not isinstance(found, type):
-            raise ValueError(f"{key}: {target} is a {type(found).__name__}, not a class")
-        return found
-    raise ValueError(
-        f"{key}: no module named {parts[0]!r} (is the package installed, or on PYTHONPATH?)"
-    )
+            continue
+        sub = _import(key, ".".join(parts[: i + 1])) if inspect.ismodule(found) else None
+        if sub is None:  # neither an attribute nor a submodule
+            raise ValueError(f"{key}: {'.'.join(parts[:i])} has no {attr!r}{_close(attr, found)}")
+        found = sub
+    if not isinstance(found, type):
+        what = "module" if inspect.ismodule(found) else type(found).__name__
+        raise ValueError(f"{key}: {target} is a {what}, not a class")
+    return found
+
+
+def check_options(name: str, cls: type, node: Mapping[str, Any]) -> None:
+    """One ``ValueError`` line for a model option ``cls`` does not take (a misspelled
+    ``model.<name>.alpah``), with close names and what it takes: Hydra's own message is three
+    lines. Classes taking ``**kwargs`` accept any option."""
+    params = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    takes = [p for p, v in params.items() if v.kind is not inspect.Parameter.VAR_POSITIONAL]
+    for key in node:
+        if str(key).startswith("_") or key == SEARCH_SPACE_KEY or key in params:
+            continue
+        close = difflib.get_close_matches(str(key), takes)
+        hint = f"close: {', '.join(close)}; " if close else ""
+        raise ValueError(
+            f"model.{name}.{key}: {node.get('_target_', cls.__qualname__)} takes no option {key!r} "
+            f"({hint}it takes: {', '.join(takes) or 'none'})"
+        )

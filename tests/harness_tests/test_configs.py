@@ -268,6 +268,14 @@ def test_no_model_selected_is_an_error() -> None:
         ("Mine", "not a dotted path to a class such as mypkg.MyRecommender"),
         ("badmod.Mine", "importing badmod failed: No module named 'torchz'"),
         ("raises.Mine", "importing raises failed: RuntimeError: no GPU"),
+        # submodules not imported yet: found, and offered as close names
+        ("mypk.recs", "mypk.recs is a module, not a class"),
+        ("mypk.recz.Mine", "mypk has no 'recz' (close: recs)"),
+        ("mypk.recs.Mien", "mypk.recs has no 'Mien' (close: Mine)"),
+        (
+            "zqxpq.Mine",
+            "no module named 'zqxpq' (close: zqxpk) (is the package installed, or on PYTHONPATH?)",
+        ),
     ],
 )
 def test_a_wrong_plugin_class_is_one_line_and_the_other_models_build(
@@ -277,12 +285,60 @@ def test_a_wrong_plugin_class_is_one_line_and_the_other_models_build(
     own import errors are told apart from a missing module."""
     (tmp_path / "badmod.py").write_text("import torchz\nclass Mine: ...\n")
     (tmp_path / "raises.py").write_text("raise RuntimeError('no GPU')\n")
+    (tmp_path / "mypk").mkdir()
+    (tmp_path / "mypk" / "__init__.py").write_text("")
+    (tmp_path / "mypk" / "recs.py").write_text("class Mine: ...\n")
+    (tmp_path / "zqxpk.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     models, errors = build_models(
         cfg_of("model=[popularity]", f"+model.mine._target_={target}"), progress=False
     )
     assert list(models) == ["popularity"]
     assert errors == {"mine": f"model.mine._target_={target}: {says}"}
+
+
+def test_a_misspelled_model_option_is_one_line_and_the_other_models_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "optmod.py").write_text(
+        "class Strict:\n    def __init__(self, alpha=1.0, beta=2): ...\n"
+        "class Loose:\n    def __init__(self, alpha=1.0, **rest): ...\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    models, errors = build_models(
+        cfg_of(
+            "model=[popularity]",
+            "+model.strict._target_=optmod.Strict",
+            "+model.strict.alpah=0.3",
+            "+model.loose._target_=optmod.Loose",
+            "+model.loose.alpah=0.3",  # **rest takes it
+            "+model.knn._target_=harness.models.ImplicitItemCosine",
+            "+model.knn.k_neighbours=5",
+        ),
+        progress=False,
+    )
+    assert sorted(models) == ["loose", "popularity"]
+    assert errors == {
+        "strict": "model.strict.alpah: optmod.Strict takes no option 'alpah' (close: alpha; "
+        "it takes: alpha, beta)",
+        "knn": "model.knn.k_neighbours: harness.models.ImplicitItemCosine takes no option "
+        "'k_neighbours' (close: k_neighbors; it takes: k_neighbors, num_threads, exclude_seen, "
+        "batch_size, progress)",
+    }
+
+
+def test_a_plugin_class_in_a_submodule_not_imported_yet_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "mypk2").mkdir()
+    (tmp_path / "mypk2" / "__init__.py").write_text("")
+    (tmp_path / "mypk2" / "recs.py").write_text("class Mine:\n    def __init__(self): ...\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    models, errors = build_models(
+        cfg_of("model=[popularity]", "+model.mine._target_=mypk2.recs.Mine"), progress=False
+    )
+    assert errors == {}
+    assert type(models["mine"]).__module__ == "mypk2.recs"
 
 
 @pytest.mark.parametrize("option", ["popularity", "random"])

@@ -7,6 +7,7 @@ in subprocesses (exit 2, one ``error:`` line, no traceback, nothing evaluated).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Callable
@@ -300,6 +301,11 @@ def test_a_file_without_timestamps_runs_split_random(tmp_path: Path) -> None:
         tables[kind] = pd.read_csv(folder / "summary.csv", index_col=0)
         dated = "1970-01-01" in (folder / "report.md").read_text()
         assert dated == (kind == "zero")  # the zero file's times are real times
+        stats = json.loads((folder / "split_stats.json").read_text())
+        leakage = {k: v for k, v in stats.items() if k.startswith("leakage_")}
+        assert len(leakage) == 3
+        # no times: leakage cannot be measured (None), not "none" (0)
+        assert all((v is None) == (kind == "untimed") for v in leakage.values()), leakage
     pd.testing.assert_frame_equal(tables["untimed"], tables["zero"])
 
 
