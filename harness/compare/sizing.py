@@ -9,9 +9,11 @@ the standard two-sample normal formula (:func:`metrics.stats.ab_test_size`):
 σ² are the per-user variances (ddof=1) of the metric over the offline test users the pair was
 compared on, and ``lift`` is the relative lift measured offline, oriented so positive is better;
 it is sized twice: at the measured lift and at the low end of its CI (the pessimistic case; "not
-detectable" when that end is at or below 0). Days = ⌈2 · n / ``compare.daily_users``⌉: the daily
-traffic split evenly over the two arms, each user counted once. It is an estimate: it assumes the
-online metric behaves like the offline one, with the same per-user spread and relative effect.
+detectable" when that end is at or below 0). A baseline whose mean is 0 has no relative lift: the
+pair is then sized on the difference Δ and the low end of its CI. Days = ⌈2 · n /
+``compare.daily_users``⌉: the daily traffic split evenly over the two arms, each user counted
+once. It is an estimate: it assumes the online metric behaves like the offline one, with the same
+per-user spread and relative effect.
 """
 
 from __future__ import annotations
@@ -44,13 +46,16 @@ _COLUMNS = [
     "lift_ci_low",
     "users_per_arm_ci_low",
     "days_ci_low",
+    "diff",
+    "diff_ci_low",
 ]
 
 
 def _size(
     lift: float, mean_a: float, var_a: float, var_b: float, spec: CompareSpec
 ) -> tuple[float, float]:
-    """Users per arm (whole users) and days for one relative lift; NaN when not detectable."""
+    """Users per arm (whole users) and days for one relative lift of ``mean_a`` (``mean_a=1``: a
+    difference); NaN when not detectable."""
     if not np.isfinite(lift) or lift <= 0:
         return float("nan"), float("nan")
     n = ab_test_size(mean_a, var_a, var_b, lift, alpha=spec.alpha, power=spec.power)
@@ -91,8 +96,13 @@ def sizing_rows(
         sign = 1.0 if bool(row.get("higher_is_better", True)) else -1.0
         lift = float(row["lift"]) * sign
         low = min(float(row["lift_ci_low"]) * sign, float(row["lift_ci_high"]) * sign)
-        users, days = _size(lift, mean_a, var_a, var_b, spec)
-        users_low, days_low = _size(low, mean_a, var_a, var_b, spec)
+        diff = float(row["diff"]) * sign
+        diff_low = min(float(row["diff_ci_low"]) * sign, float(row["diff_ci_high"]) * sign)
+        # a zero baseline has no relative lift: Δ is then sized as a lift of a mean of 1
+        on_diff = mean_a == 0
+        effect, effect_low, scale = (diff, diff_low, 1.0) if on_diff else (lift, low, mean_a)
+        users, days = _size(effect, scale, var_a, var_b, spec)
+        users_low, days_low = _size(effect_low, scale, var_a, var_b, spec)
         rows.append(
             {
                 "candidate": pair.candidate,
@@ -108,6 +118,8 @@ def sizing_rows(
                 "lift_ci_low": low,
                 "users_per_arm_ci_low": users_low,
                 "days_ci_low": days_low,
+                "diff": diff,
+                "diff_ci_low": diff_low,
             }
         )
     return pd.DataFrame(rows, columns=_COLUMNS)
@@ -157,10 +169,14 @@ def _lines(frame: pd.DataFrame, spec: CompareSpec) -> list[str]:
         who = f"{r['candidate']} vs {r['baseline']}"
         if r["decision"] is not None:
             who += f" ({r['decision']})"
+        if r["mean_a"] == 0:  # no relative lift over a zero baseline: sized on the difference
+            effect = f"difference {r['diff']:+.4g} (the baseline scores 0)"
+            low = f"{r['diff_ci_low']:+.4g}"
+        else:
+            effect, low = f"lift {r['lift']:+.2%}", f"{r['lift_ci_low']:+.2%}"
         out.append(
-            f"{who}: {r['metric']} lift {r['lift']:+.2%}: "
-            f"{_count(r['users_per_arm'], r['days'], daily)}; CI low end "
-            f"{r['lift_ci_low']:+.2%}: {_count(r['users_per_arm_ci_low'], r['days_ci_low'], daily)}"
+            f"{who}: {r['metric']} {effect}: {_count(r['users_per_arm'], r['days'], daily)}; "
+            f"CI low end {low}: {_count(r['users_per_arm_ci_low'], r['days_ci_low'], daily)}"
         )
     return out
 

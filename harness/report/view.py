@@ -7,6 +7,7 @@ by file name); a plotting error becomes a note instead of a failed report.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -347,6 +348,9 @@ def _decision_line(candidate: str, d: GateDecision, pairs: list[PairComparison])
 
 
 def _rule_value(rule: str, x: float) -> str:
+    """A rule's value or bound; ±∞ for a relative change over a zero baseline."""
+    if x is not None and math.isinf(x):
+        return "+∞" if x > 0 else "−∞"
     return signed3(x) if rule == "gsb" else fmt_lift(x)
 
 
@@ -358,7 +362,7 @@ def _rules_table(d: GateDecision) -> Table | None:
         ci = tuple(r.ci) if r.ci is not None else (np.nan, np.nan)
         ci_text = (
             f"[{_rule_value(r.rule, ci[0])}, {_rule_value(r.rule, ci[1])}]"
-            if finite(*ci)
+            if all(c is not None and not math.isnan(c) for c in ci)  # ±∞: over a zero baseline
             else "no CI"
         )
         rows.append(

@@ -27,7 +27,7 @@ from harness import synthetic
 from harness.compare import CompareSpec, PairComparison, compare_pair, segment_data
 from harness.datasets import Dataset
 from harness.experiment import MetricSuite, qrels_from_test, run_models
-from harness.gate import GateSpec, decide
+from harness.gate import GateDecision, GateSpec, RuleResult, decide
 from harness.models import ImplicitItemCosine, PopularityModel
 from harness.report import ReportContext, render_html, render_markdown, write_report
 from harness.split import make_split
@@ -292,6 +292,27 @@ def test_html_is_well_formed_and_shows_every_decision(real: dict[str, Any]) -> N
     # self-contained: no scripts, stylesheets or external URLs
     assert "<script" not in html_text and "<link" not in html_text
     assert not re.search(r"(src|href)=\"(?!data:|#)", html_text)
+
+
+def test_a_zero_baseline_rule_shows_its_unbounded_change_and_ci(real: dict[str, Any]) -> None:
+    """Over a zero baseline the relative change is ±∞: the table shows it and its CI, which
+    the reason cites (it read "—" and "no CI")."""
+    decision: GateDecision = real["decision"]
+    inf = math.inf
+    rules = [
+        RuleResult("primary", "ndcg@10", "all", "pass", inf, (inf, inf), 0.02, "r1"),
+        RuleResult("guardrail", "ndcg@10", "all", "inconclusive", inf, (-inf, inf), -0.05, "r2"),
+        RuleResult("primary", "ndcg@10", "all", "inconclusive", math.nan, (math.nan,) * 2, 0, "r3"),
+    ]
+    ctx = dataclasses.replace(
+        real["ctx"], decisions={"itemknn": dataclasses.replace(decision, rules=rules)}
+    )
+    table = parse(render_html(ctx)).table(**{"class": "rules", "data-candidate": "itemknn"})
+    assert [row[4:6] for row in table["rows"][1:]] == [
+        ["+∞", "[+∞, +∞]"],
+        ["+∞", "[−∞, +∞]"],
+        ["—", "no CI"],
+    ]
 
 
 def test_badge_colour_follows_the_decision(real: dict[str, Any]) -> None:

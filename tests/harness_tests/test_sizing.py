@@ -166,6 +166,35 @@ def test_lower_is_better_metric_is_oriented() -> None:
     assert row["users_per_arm"] == _expected(a["rmse"], b["rmse"], row["lift"], spec)[0]
 
 
+def test_a_zero_baseline_is_sized_on_the_difference() -> None:
+    """A baseline scoring 0 for every user has no relative lift (it was printed as +nan%): the
+    pair is sized on the difference, n = z² · (σ²_a + σ²_b) / Δ²."""
+    spec = CompareSpec(n_resamples=300, seed=0, daily_users=100)
+    rng = np.random.default_rng(9)
+    users = pd.Index(np.arange(2000), name="user")
+    a = pd.DataFrame({"ndcg@10": np.zeros(2000)}, index=users)
+    hit = rng.random(2000) < 0.05  # a few users gain
+    b = pd.DataFrame({"ndcg@10": np.where(hit, rng.random(2000), 0.0)}, index=users)
+    pair = compare_pair("zero", "cand", (a, b), ["ndcg@10"], spec)
+    frame = sizing_rows([pair], {"zero": a, "cand": b}, spec, metric="ndcg@10", decisions=None)
+    row = frame.iloc[0]
+    z = norm.ppf(0.975) + norm.ppf(0.8)
+    diff = b["ndcg@10"].mean()
+    users_ = math.ceil(z**2 * np.var(b["ndcg@10"], ddof=1) / diff**2)
+    assert row["diff"] == pytest.approx(diff, rel=1e-12)
+    assert (row["users_per_arm"], row["days"]) == (users_, math.ceil(2 * users_ / 100))
+    low = pair.row("ndcg@10")["diff_ci_low"]
+    assert 0 < low < diff
+    assert row["users_per_arm_ci_low"] == math.ceil(z**2 * np.var(b["ndcg@10"], ddof=1) / low**2)
+    (line,) = format_sizing(frame, spec).strip().splitlines()[1:]
+    assert line.strip() == (
+        f"cand vs zero: ndcg@10 difference {diff:+.4g} (the baseline scores 0): {users_:,} users "
+        f"per arm, {math.ceil(2 * users_ / 100)} days; CI low end {low:+.4g}: "
+        f"{int(row['users_per_arm_ci_low']):,} users per arm, {int(row['days_ci_low'])} days"
+    )
+    assert "nan" not in format_sizing(frame, spec)
+
+
 def test_bad_sizing_settings_are_one_line_errors() -> None:
     with pytest.raises(ValueError, match=r"'compare.daily_users' must be > 0 \(got 0\)"):
         CompareSpec(daily_users=0)
