@@ -69,7 +69,7 @@ from harness.gate import (
 )
 from harness.models import Recommender, check_options, model_class, without_search_space
 from harness.promote import promote_run
-from harness.record import job_row, plan, replay, save_plan, sweep_jobs
+from harness.record import failed_job_row, job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
 from harness.resume import check_folder, finished, record_resumption, resume
 from harness.schema import config_error, one_line_config_errors, register, share_config_store
@@ -345,6 +345,18 @@ def spark_of(cfg: DictConfig) -> Any:
         signal.signal(signal.SIGINT, ours)
 
 
+def _job_overrides() -> list[str]:
+    """This job's Hydra overrides as typed (none when not run by Hydra: harness.tune, tests)."""
+    try:
+        # a sweep's jobs get Hydra's re-written overrides, booleans as Python's: "progress=False"
+        return [
+            re.sub(r"=(True|False)$", lambda m: "=" + m.group(1).lower(), o)
+            for o in HydraConfig.get().overrides.task
+        ]
+    except ValueError:
+        return []
+
+
 def _job_row(
     cfg: DictConfig,
     folder: Path,
@@ -355,17 +367,9 @@ def _job_row(
     parent: str | None,
 ) -> dict[str, Any]:
     """This run as one row of a multirun's table (its Hydra overrides, headline, decision)."""
-    try:
-        # a sweep's jobs get Hydra's re-written overrides, booleans as Python's: "progress=False"
-        overrides = [
-            re.sub(r"=(True|False)$", lambda m: "=" + m.group(1).lower(), o)
-            for o in HydraConfig.get().overrides.task
-        ]
-    except ValueError:  # not run by Hydra (python -m harness.tune, tests)
-        overrides = []
     tracked = cfg.tracking.get("enabled", True) and cfg.tracking.get("uri")
     return job_row(
-        overrides,
+        _job_overrides(),
         folder,
         result.table(),
         (gspec.primary.metric if gspec.primary else None) or cspec.gsb_metric,
@@ -581,6 +585,9 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
                 f"python -m harness.log {folder}",
                 file=sys.stderr,
             )
+            failed = f"MLflow logging failed; python -m harness.log {folder}"
+            row = _job_row(cfg, folder, result, gspec, cspec, overall, None)
+            sweep_jobs.append({**row, "error": failed})
             return EXIT_TRACKING_FAILED
         print(f"\n{stages.table()}")
         sweep_jobs.append(_job_row(cfg, folder, result, gspec, cspec, overall, ids["parent"]))
@@ -689,6 +696,7 @@ def _os_error(err: OSError, runs_dir: str) -> str:
 def main(cfg: DictConfig) -> None:
     """Hydra entry point; one-line errors and exit code 2 for bad input unless ``debug=true``."""
     handlers = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    rows, failure, code = len(sweep_jobs), "", 0
     try:
         code = run(cfg)
     except Interrupted as stop:
@@ -703,12 +711,13 @@ def main(cfg: DictConfig) -> None:
             message = config_error(err)
         print(f"error: {message}", file=sys.stderr)
         _failed(message)
-        code = EXIT_BAD_INPUT
+        code, failure = EXIT_BAD_INPUT, message
     except OSError as err:  # read-only or full disk, a file where a folder should be
         if cfg.get("debug"):
             raise
-        print(f"error: {_os_error(err, str(cfg.runs_dir))}", file=sys.stderr)
-        _failed(_os_error(err, str(cfg.runs_dir)))
+        failure = _os_error(err, str(cfg.runs_dir))
+        print(f"error: {failure}", file=sys.stderr)
+        _failed(failure)
         code = EXIT_BAD_INPUT
     except Exception as err:  # a bug: its traceback follows, the folder says what is kept
         _failed(f"{type(err).__name__}: {_first_line(err)}")
@@ -716,6 +725,10 @@ def main(cfg: DictConfig) -> None:
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        if failure and len(sweep_jobs) == rows:  # a job that stopped is still a row of the sweep
+            sweep_jobs.append(failed_job_row(_job_overrides(), _active.get("folder"), failure))
+        if len(sweep_jobs) > rows:
+            sweep_jobs[-1]["code"] = code
         _active.clear()  # a signal between multirun jobs concerns no job's folder
         folders.current["stage"] = "between runs"
     _worst["code"] = max(_worst["code"], code)

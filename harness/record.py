@@ -31,7 +31,9 @@ __all__ = [
     "PLAN_FILE",
     "SweepRun",
     "describe_frame",
+    "failed_job_row",
     "job_row",
+    "jobs_line",
     "plan",
     "record",
     "replay",
@@ -499,8 +501,8 @@ def job_row(
     uri: str | None,
     experiment: str,
 ) -> dict[str, Any]:
-    """A multirun job as one row: its overrides, each model's headline metric, its decision,
-    its results folder and parent run."""
+    """A multirun job as one row: its overrides, each model's headline metric (or, for a job
+    that stopped, its ``error``), its decision, exit ``code``, results folder and parent run."""
     values = (
         {str(m): float(v) for m, v in summary[headline].items()}
         if headline in summary.columns
@@ -515,19 +517,36 @@ def job_row(
         "parent": parent,
         "uri": uri,
         "experiment": experiment,
+        "code": 0,
+        "error": None,
     }
+
+
+def failed_job_row(overrides: Sequence[str], folder: Path | None, error: str) -> dict[str, Any]:
+    """A multirun job that stopped before its results (a bad config or data): a row all the
+    same, so the table lists every job of the sweep."""
+    row = job_row(overrides, folder or Path("-"), pd.DataFrame(), None, None, None, None, "")
+    return {**row, "decision": "FAILED", "error": error}
+
+
+def jobs_line(n: int) -> str:
+    """``multirun: 3 jobs`` (``1 job``)."""
+    return f"{n} job{'' if n == 1 else 's'}"
 
 
 def sweep_table(jobs: Sequence[Mapping[str, Any]]) -> str:
     """The table across a multirun's jobs, as plain text (also the sweep run's description)."""
-    header = ["job", "overrides", "headline", "decision", "results"]
+    header = ["job", "overrides", "headline", "decision", "exit", "results"]
     rows = [
         [
             str(i),
             job["overrides"],
-            ", ".join(f"{m} {_fmt(v)}" for m, v in job["values"].items())
+            f"error: {job['error']}"
+            if job.get("error")
+            else ", ".join(f"{m} {_fmt(v)}" for m, v in job["values"].items())
             + (f" ({job['headline']})" if job["headline"] else ""),
             job["decision"],
+            str(job.get("code", 0)),
             job["folder"],
         ]
         for i, job in enumerate(jobs)
@@ -557,11 +576,11 @@ def group_sweep(jobs: Sequence[Mapping[str, Any]], sweep_id: str) -> dict[tuple[
             "mlflow.user": _user(),
             "harness.sweep_id": sweep_id,
             "decision": worst(decisions) if decisions else "none",
-            "mlflow.note.content": f"multirun of {len(members)} jobs\n\n```\n"
+            "mlflow.note.content": f"multirun of {jobs_line(len(members))}\n\n```\n"
             + sweep_table(members)
             + "\n```",
         }
-        run = tracker.start(f"sweep · {experiment} · {len(members)} jobs", tags)
+        run = tracker.start(f"sweep · {experiment} · {jobs_line(len(members))}", tags)
         for job in members:
             tracker.log(
                 job["parent"],
@@ -590,7 +609,7 @@ class SweepRun(Callback):  # type: ignore[misc,valid-type]
         """Print the table; create the sweep run (MLflow errors: one line, jobs stay logged)."""
         if not sweep_jobs:
             return
-        print(f"\nmultirun: {len(sweep_jobs)} jobs\n{sweep_table(sweep_jobs)}")
+        print(f"\nmultirun: {jobs_line(len(sweep_jobs))}\n{sweep_table(sweep_jobs)}")
         try:
             runs = group_sweep(sweep_jobs, uuid.uuid4().hex)
         except Exception as err:  # the jobs are logged: a missing group is not worth a traceback

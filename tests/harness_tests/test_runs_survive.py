@@ -217,6 +217,25 @@ def test_store_created_by_several_processes_at_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_failed_multirun_job_is_a_row_of_the_table(tmp_path: Path) -> None:
+    """A job stopped by a bad setting is listed with its error and exit code (it was left out,
+    and the table said "1 jobs"); the sweep exits with the worst code."""
+    proc = CLI.run(
+        tmp_path, "-m", "experiment=quick", "tracking=none", "compare.segments=true,false"
+    )
+    assert proc.returncode == 2, proc.stderr
+    table = proc.stdout.split("multirun: 2 jobs\n", 1)[1].splitlines()
+    ok, failed = table[1], table[2]
+    assert "compare.segments=true" in ok and re.search(r" (GO|NO_GO|INCONCLUSIVE) ", ok), ok
+    assert re.search(r"\s0\s+\S*results", ok), ok
+    assert "compare.segments=false" in failed
+    assert (
+        "error: gate.guardrails[1].segment='cold' needs compare.segments=true (or drop the rule)"
+        "  FAILED  2" in re.sub(r" {2,}", "  ", failed)
+    ), failed
+
+
+@pytest.mark.slow
 def test_multirun_jobs_get_their_own_folders_and_log_their_own_files(tmp_path: Path) -> None:
     """Three jobs: their own folders and logged files; no library log lines (output to pipes,
     progress left at its default), one table at the end and one sweep run grouping the jobs."""
@@ -236,7 +255,7 @@ def test_multirun_jobs_get_their_own_folders_and_log_their_own_files(tmp_path: P
     printed = [tmp_path / p for p in lines]
     assert len(set(printed)) == 3
     table = proc.stdout.split("multirun: 3 jobs\n", 1)[1].splitlines()
-    assert table[0].split() == ["job", "overrides", "headline", "decision", "results"]
+    assert table[0].split() == ["job", "overrides", "headline", "decision", "exit", "results"]
     for row, model, folder in zip(
         table[1:4], ("popularity", "random", "item_knn"), lines, strict=True
     ):
