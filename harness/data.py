@@ -41,6 +41,7 @@ from harness.errors import DataError
 
 __all__ = [
     "COLUMNS",
+    "DUPLICATE_HINT",
     "DUPLICATE_POLICIES",
     "ITEM",
     "RATING",
@@ -76,6 +77,8 @@ RATING = "rating"
 REQUIRED_COLUMNS: tuple[str, ...] = (USER, ITEM, TIMESTAMP)
 COLUMNS: tuple[str, ...] = (USER, ITEM, TIMESTAMP, RATING)
 DUPLICATE_POLICIES: tuple[str, ...] = ("error", "keep_last", "keep_first", "keep_all")
+#: The end of the repeated-events error (both engines): the settings that keep them.
+DUPLICATE_HINT = f"; to keep them set dataset.duplicates= one of {list(DUPLICATE_POLICIES[1:])}"
 FORMATS: tuple[str, ...] = ("csv", "tsv", "parquet")
 
 # Integral numbers written canonically (no sign "+", no leading zeros), optionally with ".0";
@@ -1240,8 +1243,8 @@ def _duplicate_policy_rows(
         row = {c: df[c].iloc[first] for c in (USER, ITEM, TIMESTAMP)}  # per column: ints stay ints
         raise DataError(
             duplicate_message(source, int(in_repeat.sum()), row, timed)
-            + f" at rows {same[:5].tolist()}; set dataset.duplicates= one of "
-            f"{list(DUPLICATE_POLICIES)}"
+            + f" at rows {same[:5].tolist()}"
+            + DUPLICATE_HINT
         )
     # each event's rows are in row order: keep_first drops every repeat, keep_last every row
     # that a later one repeats

@@ -313,6 +313,11 @@ def _evaluate(
         catalog = _catalog_with(listed, split, catalog, outcome)
     t1, c1 = time.perf_counter(), time.process_time()
     outcome.peaks["rank"] = stage_log.peak_mb()
+    if len(run) == 0:  # metrics.evaluate would say only "run is empty"
+        raise ValueError(
+            f"the model recommended no item to any of the {len(users):,} test users (every list "
+            f"was empty or padding): nothing to evaluate"
+        )
     run = _in_truth_ids(run, qrels, split)
     rating = [n for n in suite.names if metrics.parse(n).definition.kind == "rating"]
     ranking = [n for n in suite.names if n not in rating]

@@ -422,7 +422,6 @@ def read_interactions(
     from pyspark.sql import types as st
 
     from harness.data import (
-        DUPLICATE_POLICIES,
         _check_policy,
         _check_timestamp_format,
         _column_mapping,
@@ -559,14 +558,13 @@ def read_interactions(
         typed["item"].alias("item"),
         *[c.alias(n) for n, c in out_cols.items()],
     )
-    return _duplicate_policy(result, duplicates, source, DUPLICATE_POLICIES, Window, with_time)
+    return _duplicate_policy(result, duplicates, source, Window, with_time)
 
 
 def _duplicate_policy(
     df: DataFrame,
     duplicates: str,
     source: str,
-    policies: tuple[str, ...],
     window: Any,
     timed: bool = True,
 ) -> DataFrame:
@@ -575,7 +573,7 @@ def _duplicate_policy(
     per event by input order (Spark's ``monotonically_increasing_id``)."""
     from pyspark.sql import functions as sf
 
-    from harness.data import duplicate_message
+    from harness.data import DUPLICATE_HINT, duplicate_message
     from harness.errors import DataError
 
     if duplicates == "keep_all":
@@ -595,7 +593,7 @@ def _duplicate_policy(
         if dup is not None and dup["rows"]:
             raise DataError(
                 duplicate_message(source, int(dup["rows"]), dup["e"].asDict(), timed)
-                + f"; set dataset.duplicates= one of {list(policies)}"
+                + DUPLICATE_HINT
             )
         return df
     order = sf.col("_dup_row").asc() if duplicates == "keep_first" else sf.col("_dup_row").desc()

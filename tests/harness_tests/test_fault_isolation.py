@@ -25,6 +25,7 @@ def mixed(harness_cli, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, P
         "+model.year.window_days=365",
         "+model.bad_fit._target_=plugins.models.FailsToFit",
         "+model.bad_build._target_=plugins.models.FailsToBuild",
+        "+model.nothing._target_=plugins.models.RecommendsNothing",
         quick=True,
     )
     return proc, cwd
@@ -36,6 +37,10 @@ def test_failing_models_leave_the_others_logged(mixed: tuple[Any, Path]) -> None
     assert proc.returncode == 1, proc.stderr
     assert "model 'bad_fit' FAILED" in proc.stdout and "deliberate failure in fit" in proc.stdout
     assert "model 'bad_build' FAILED" in proc.stdout
+    # all padding: said in words, not as metrics.evaluate's "run is empty"
+    assert "model 'nothing' FAILED" in proc.stdout
+    assert "the model recommended no item to any of the " in proc.stdout
+    assert "test users (every list was empty or padding): nothing to evaluate" in proc.stdout
     summary = pd.read_csv(next((tmp_path / "runs" / "results").rglob("summary.csv")), index_col=0)
     assert summary.loc["popularity"].notna().all() and summary.loc["mine"].notna().all()
     assert summary.loc["bad_fit"].isna().all()

@@ -31,6 +31,14 @@ class MostRecent:
         return ids, scores
 
 
+class RecommendsNothing(MostRecent):
+    """Fits, then gives every user a list of padding only."""
+
+    def recommend(self, users: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.full((len(users), k), np.iinfo(np.int64).min, dtype=np.int64)
+        return ids, np.full((len(users), k), -np.inf)
+
+
 class FailsToFit:
     """Raises during fit."""
 
