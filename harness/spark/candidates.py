@@ -224,7 +224,13 @@ def read_candidates_spark(
     from pyspark.sql import types as st
 
     from harness.errors import DataError
-    from harness.spark.io import _INTEGRAL, _id_kind, _is_integer_type, _near_duplicates
+    from harness.spark.io import (
+        _id_kind,
+        _is_integer_type,
+        _near_duplicates,
+        integral_id,
+        stripped,
+    )
 
     if _local_missing(path):
         raise DataError(f"{path}: candidate file not found")
@@ -253,9 +259,9 @@ def read_candidates_spark(
         dtype = df.schema[name].dataType
         col = sf.col(name)
         if isinstance(dtype, st.StringType):
-            t = sf.trim(col)
-            as_int = sf.regexp_replace(t, r"\.0+$", "").try_cast("bigint")
-            text_checks[name] = ~t.rlike(_INTEGRAL) | as_int.isNull()
+            t = stripped(col)
+            integral, as_int = integral_id(t)
+            text_checks[name] = ~integral
             typed[name] = (t, as_int)
         elif _is_integer_type(dtype):
             typed[name] = (col.cast("bigint"), None)

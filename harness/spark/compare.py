@@ -763,7 +763,7 @@ def user_groups_spark(
     from pyspark.sql import functions as sf
 
     from harness.errors import DataError
-    from harness.spark.io import _id_kind
+    from harness.spark.io import _id_kind, stripped
 
     if spec.user_groups == "activity":
         if train is None or users is None:
@@ -790,9 +790,9 @@ def user_groups_spark(
             raise DataError(f"{path}: column {column!r} is missing (compare.user_groups)")
     user = sf.col("user")
     if _id_kind(per_user, "user") == "bigint":
-        user = sf.trim(user.cast("string")).cast("bigint")
+        user = stripped(user.cast("string")).cast("bigint")
     else:
-        user = sf.trim(user.cast("string"))
+        user = stripped(user.cast("string"))
     return frame.select(user.alias("user"), sf.col("group").cast("string").alias("group"))
 
 

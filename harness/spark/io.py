@@ -90,6 +90,9 @@ def _spark_format(path: str, fmt: str | None) -> str:
 
 
 _INTEGRAL = r"^(?:0|-?[1-9][0-9]{0,18})(?:\.0+)?$"  # harness.data._INTEGRAL_TEXT
+#: Python's ``str.strip()`` whitespace (what the in-process loader strips): Unicode White_Space
+#: and the separators U+001C..U+001F. Spark's ``trim`` strips only the ASCII space.
+_EDGE_SPACE = r"(?U)^[\s\x{1c}-\x{1f}]+|[\s\x{1c}-\x{1f}]+$"
 _NUMBER = r"^[+-]?[0-9]+(?:\.[0-9]*)?$"  # harness.data._NUMBER_TEXT
 _DIGITS = r"^[+-]?[0-9]{1,18}$"  # harness.data._DIGITS_TEXT
 #: harness.data._DATE_CANDIDATES as Spark patterns (one or two digits read like strptime's)
@@ -111,6 +114,22 @@ _SPARK_LAYOUTS: dict[str, str] = {
     "%d.%m.%Y": "d.M.yyyy",
 }
 _STRFTIME = {"%Y": "yyyy", "%m": "M", "%d": "d", "%H": "H", "%M": "m", "%S": "s", "%y": "yy"}
+
+
+def stripped(col: Column) -> Column:
+    """Text ``col`` without its surrounding whitespace, as ``str.strip()`` leaves it."""
+    from pyspark.sql import functions as sf
+
+    return sf.regexp_replace(col, _EDGE_SPACE, "")
+
+
+def integral_id(text: Column) -> tuple[Column, Column]:
+    """(is ``text`` a canonical integer, as :data:`harness.data._INTEGRAL_TEXT` reads one; its
+    ``bigint`` or null): stripped text, no leading zero or ``+``, an optional ``.0``."""
+    from pyspark.sql import functions as sf
+
+    as_int = sf.regexp_replace(text, r"\.0+$", "").try_cast("bigint")
+    return text.rlike(_INTEGRAL) & as_int.isNotNull(), as_int
 
 
 def _spark_pattern(fmt: str, source: str) -> str:
@@ -289,7 +308,7 @@ def _timestamp_seconds(
             f"{source}: column {label} holds {dtype.simpleString()} values; timestamps must be "
             "numbers, text or datetimes"
         )
-    text = sf.trim(ts)
+    text = stripped(ts)
     _raise_first(df, source, checks)
     if fmt is not None and fmt not in _EPOCH_UNITS:
         if fmt == "ISO8601":
@@ -355,7 +374,7 @@ def _near_duplicates(df: DataFrame, name: str, source: str, label: str, why: str
 
     from harness.errors import DataError
 
-    value = sf.trim(sf.col(name))
+    value = stripped(sf.col(name))
     key = sf.regexp_replace(
         sf.regexp_replace(
             sf.regexp_replace(
@@ -468,9 +487,9 @@ def read_interactions(
         null = col.isNull() | sf.isnan(col) if is_float else col.isNull()
         checks.append((name, "null id(s)", null))
         if isinstance(dtype, st.StringType):
-            t = sf.trim(col)
-            as_int = sf.regexp_replace(t, r"\.0+$", "").try_cast("bigint")
-            text_checks[name] = (~t.rlike(_INTEGRAL) | as_int.isNull(), t)
+            t = stripped(col)
+            integral, _ = integral_id(t)
+            text_checks[name] = (~integral, t)
             typed[name] = t
         elif _is_integer_type(dtype):
             typed[name] = col.cast("bigint")
@@ -502,7 +521,7 @@ def read_interactions(
         seconds = sf.lit(0).cast("bigint")
     out_cols = {"timestamp": seconds}
     if "rating" in wanted:
-        rating = sf.trim(sf.col("rating").cast("string")).try_cast("double")
+        rating = stripped(sf.col("rating").cast("string")).try_cast("double")
         raw = sf.col("rating")
         checks.append(("rating", "null rating(s)", raw.isNull()))
         bad = raw.isNotNull() & (
@@ -546,8 +565,7 @@ def read_interactions(
     for name, (_, as_text) in text_checks.items():
         if int(row[f"text_{name}"]) == 0:
             if isinstance(df.schema[name].dataType, st.StringType):
-                digits = sf.regexp_replace(sf.trim(sf.col(name)), r"\.0+$", "")
-                typed[name] = digits.try_cast("bigint")
+                typed[name] = integral_id(stripped(sf.col(name)))[1]
             continue
         typed[name] = as_text
         if isinstance(df.schema[name].dataType, st.StringType):

@@ -101,6 +101,7 @@ def _normalized_id(df: DataFrame, name: str, source: str) -> tuple[Any, str]:
     from pyspark.sql import types as st
 
     from harness.errors import DataError
+    from harness.spark.io import integral_id, stripped
 
     dtype = df.schema[name].dataType
     col = sf.col(name)
@@ -114,10 +115,9 @@ def _normalized_id(df: DataFrame, name: str, source: str) -> tuple[Any, str]:
             f"{source}: column {name!r} holds {dtype.simpleString()} values; "
             "ids must be integers or text"
         )
-    text = sf.trim(col)
-    as_int = sf.expr(f"try_cast(regexp_replace(trim(`{name}`), '\\\\.0+$', '') as bigint)")
-    canonical = sf.expr(f"trim(`{name}`) rlike '^[+-]?[0-9]+(\\\\.0+)?$'")
-    not_int = df.filter(~canonical | as_int.isNull()).limit(1).count()
+    text = stripped(col)
+    integral, as_int = integral_id(text)  # "007" and "+7" are text, as in process
+    not_int = df.filter(~integral).limit(1).count()
     return (text, "string") if not_int else (as_int, "bigint")
 
 

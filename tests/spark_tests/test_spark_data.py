@@ -277,6 +277,14 @@ def test_read_interactions_gives_the_loaders_rows_and_types(spark: Any, tmp_path
             {"columns": {"timestamp": None}, "duplicates": "keep_last"},
         ),
         "unrated.parquet": (GOOD, {"columns": {"rating": None}}),  # null: the column is ignored
+        # whitespace str.strip() removes, not only spaces (Spark's trim): one id each
+        "padded.parquet": (
+            GOOD.assign(
+                user=["42\t", "\xa042", " 7\u3000", "8\x1c"], item=["007\t", "b", "\u2000c", "b\n"]
+            ),
+            {},
+        ),
+        "padded_int.csv": (GOOD.assign(user=["\t42", "42 ", "7", "8"]), {}),
         "format.csv": (
             GOOD.assign(
                 timestamp=[

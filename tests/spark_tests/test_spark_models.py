@@ -160,6 +160,36 @@ def test_precomputed_text_that_is_integers_and_bad_input(spark: Any, tmp_path: P
         )
 
 
+def test_precomputed_zero_padded_ids_are_text_as_in_process(spark: Any, tmp_path: Path) -> None:
+    """A score file's "003" is the text id "003", never the integer 3 (Spark read it as 3, so it
+    missed text ids written with zeros and matched integer ids in-process leaves apart)."""
+    train = events(False)
+    padded = train.assign(
+        user=train["user"].map("{:03d}".format).astype(object),
+        item=train["item"].map("{:03d}".format).astype(object),
+    )
+    table = pd.DataFrame(
+        {"user": ["001", "001", "002", "002"], "item": ["003", "004", "003", "005"]}
+    ).assign(score=[1.0, 2.0, 2.0, 2.0])
+    path = tmp_path / "zeros.csv"
+    table.to_csv(path, index=False)
+    for fit_on in (padded, train):  # text ids with zeros, then integer ids
+        text = fit_on is padded
+        users = requested(fit_on, text) if not text else np.sort(padded["user"].unique())
+        with pytest.warns(UserWarning, match="have no list in the file"):
+            expected = in_process(PrecomputedScores(path), fit_on, users)
+        got = collected(
+            precomputed_topk(
+                spark, str(path), _frame(spark, fit_on, "train"), users_frame(spark, users), K
+            )
+        )
+        if text:
+            same_lists(expected, got)
+            assert set(got["item"]) == {"003", "004", "005"}
+        else:  # "001" is no integer user: no list in either engine
+            assert len(expected) == len(got) == 0
+
+
 @pytest.mark.parametrize("text_ids", [False, True])
 def test_popularity_equals_in_process_and_a_naive_count(spark: Any, text_ids: bool) -> None:
     train = events(text_ids)
