@@ -202,7 +202,7 @@ def _read_file(path: str) -> pd.DataFrame:
     """The (user, item) rows of a candidates file; ids follow the interaction files' id rule."""
     p = Path(path)
     if not p.is_file():
-        raise DataError(f"{path}: candidate file not found")
+        raise DataError(f"{path}: no such file (candidates.path)")
     try:
         if p.suffix.lower() in (".parquet", ".pq"):
             frame = pd.read_parquet(p)
@@ -210,7 +210,7 @@ def _read_file(path: str) -> pd.DataFrame:
             frame = read_text_table(p, "csv", path)
     except (pd.errors.ParserError, UnicodeDecodeError, pa.ArrowException, OSError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise DataError(f"{path}: cannot read the candidates file: {first}") from None
+        raise DataError(f"{path}: cannot read the file (candidates.path): {first}") from None
     missing = [c for c in (USER, ITEM) if c not in frame.columns]
     if missing:
         raise DataError(

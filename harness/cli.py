@@ -73,6 +73,7 @@ from harness.record import failed_job_row, job_row, plan, replay, save_plan, swe
 from harness.report import ReportContext, write_report
 from harness.resume import check_folder, finished, record_resumption, resume
 from harness.schema import config_error, one_line_config_errors, register, share_config_store
+from harness.spark.io import malformed_csv
 from harness.spark.pipeline import (
     build_candidates_spark,
     compare_result_spark,
@@ -720,8 +721,13 @@ def main(cfg: DictConfig) -> None:
         _failed(failure)
         code = EXIT_BAD_INPUT
     except Exception as err:  # a bug: its traceback follows, the folder says what is kept
-        _failed(f"{type(err).__name__}: {_first_line(err)}")
-        raise
+        failure = malformed_csv(err) or ""  # Spark's strict CSV reading: bad input, one line
+        if not failure or cfg.get("debug"):
+            _failed(f"{type(err).__name__}: {_first_line(err)}")
+            raise
+        print(f"error: {failure}", file=sys.stderr)
+        _failed(failure)
+        code = EXIT_BAD_INPUT
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

@@ -206,13 +206,6 @@ def build_candidates_spark(
     return frame, candidate_stats(spec, int(row["n"]), int(row["u"]))
 
 
-def _local_missing(path: str) -> bool:
-    """True for a local path (no ``scheme://``) that does not exist."""
-    from pathlib import Path
-
-    return "://" not in path and not Path(path.removeprefix("file:")).exists()
-
-
 def read_candidates_spark(
     spark: SparkSession, path: str, train: DataFrame, test: DataFrame
 ) -> DataFrame:
@@ -229,26 +222,13 @@ def read_candidates_spark(
         _is_integer_type,
         _near_duplicates,
         integral_id,
+        read_table,
         stripped,
     )
 
-    if _local_missing(path):
-        raise DataError(f"{path}: candidate file not found")
     parquet = path.lower().rstrip("/").endswith((".parquet", ".pq"))
-    try:
-        reader = spark.read
-        df = (
-            reader.parquet(path)
-            if parquet
-            else reader.option("header", True).option("mode", "FAILFAST").csv(path)
-        )
-        columns = [str(c) for c in df.columns]
-    except Exception as exc:  # Spark's AnalysisException: a missing path or an unreadable file
-        text = str(exc).strip()
-        if "PATH_NOT_FOUND" in text or "does not exist" in text:
-            raise DataError(f"{path}: candidate file not found") from None
-        first = (text.splitlines() or [type(exc).__name__])[0]
-        raise DataError(f"{path}: cannot read the candidates file: {first}") from None
+    df = read_table(spark, path, "parquet" if parquet else "csv", "candidates.path")
+    columns = [str(c) for c in df.columns]
     missing = [c for c in ("user", "item") if c not in columns]
     if missing:
         raise DataError(f"{path}: column {missing[0]!r} is missing (found {columns})")

@@ -89,6 +89,52 @@ def _spark_format(path: str, fmt: str | None) -> str:
     return "parquet"
 
 
+def read_table(spark: SparkSession, source: str, kind: str, key: str) -> DataFrame:
+    """A CSV/TSV (header; RFC 4180 quotes, a doubled quote inside a quoted field; a row with
+    more fields than the header is an error when read, not cut short) or Parquet file from any
+    Spark path. A missing file is one line naming ``key``, the setting that names the file,
+    as in process. CSV rows are lines: a quoted field holding a line break is not read (it
+    would make the file one partition); such files read in process, or as Parquet."""
+    from harness.errors import DataError
+
+    if _local_missing(source):  # caught before Spark's own traceback
+        raise DataError(f"{source}: no such file ({key})")
+    try:
+        if kind in ("csv", "tsv"):
+            reader = spark.read.option("header", True).option("escape", '"')
+            sep = "\t" if kind == "tsv" else ","
+            return reader.option("sep", sep).option("mode", "FAILFAST").csv(source)
+        return spark.read.parquet(source)
+    except Exception as exc:  # Spark's AnalysisException: a missing remote path, a bad file
+        text = str(exc).strip()
+        if "PATH_NOT_FOUND" in text or "does not exist" in text:
+            raise DataError(f"{source}: no such file ({key})") from None
+        first = (text.splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{source}: cannot read the file ({key}): {first}") from None
+
+
+def malformed_csv(err: BaseException) -> str | None:
+    """One line for Spark's error on a CSV row that does not fit its header (read in FAILFAST
+    mode, the error comes from the first job that parses the row), else None."""
+    import re
+
+    pattern = r"Malformed records are detected in record parsing: (.*?)\.?$"
+    found = re.search(pattern, str(err), re.M)
+    if found is None:
+        return None
+    return (
+        f"a CSV row does not fit its file's header (more fields than it names, or a broken "
+        f"quote): {found.group(1)}; fix the row or write the file as Parquet"
+    )
+
+
+def _local_missing(path: str) -> bool:
+    """True for a local path (no ``scheme://``) that does not exist."""
+    from pathlib import Path
+
+    return "://" not in path and not Path(path.removeprefix("file:")).exists()
+
+
 _INTEGRAL = r"^(?:0|-?[1-9][0-9]{0,18})(?:\.0+)?$"  # harness.data._INTEGRAL_TEXT
 #: Python's ``str.strip()`` whitespace (what the in-process loader strips): Unicode White_Space
 #: and the separators U+001C..U+001F. Spark's ``trim`` strips only the ASCII space.
@@ -455,12 +501,7 @@ def read_interactions(
     _check_policy(duplicates, source)
     _check_timestamp_format(timestamp_format, source)
     kind = _spark_format(source, fmt)
-    reader = spark.read
-    if kind in ("csv", "tsv"):
-        sep = "\t" if kind == "tsv" else ","
-        df = reader.option("header", True).option("sep", sep).csv(source)
-    else:
-        df = reader.parquet(source)
+    df = read_table(spark, source, kind, "dataset.path")
     found = [str(c) for c in df.columns]
     wanted, missing = _wanted_columns(mapping, columns, found)
     with_time = mapping["timestamp"] is not None

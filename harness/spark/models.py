@@ -133,18 +133,16 @@ def _score_table(
     from pyspark.sql import functions as sf
 
     from harness.errors import DataError
-    from harness.spark.io import _spark_format
+    from harness.spark.io import _spark_format, read_table
 
     if isinstance(scores, str) or hasattr(scores, "__fspath__"):
         source = str(scores)
         kind = fmt or _spark_format(source, None)
-        if kind in ("csv", "tsv"):
-            sep = "\t" if kind == "tsv" or source.lower().endswith(".tsv") else ","
-            df = spark.read.option("header", True).option("sep", sep).csv(source)
-        elif kind == "parquet":
-            df = spark.read.parquet(source)
-        else:
+        if kind == "csv" and source.lower().endswith(".tsv"):
+            kind = "tsv"
+        if kind not in ("csv", "tsv", "parquet"):
             raise DataError(f"{source}: format {kind!r} is not read on Spark (parquet, csv, tsv)")
+        df = read_table(spark, source, kind, "model.<name>.path")
     else:
         source, df = "scores", scores
     wanted = {n: (columns or {}).get(n, n) for n in ("user", "item", "score")}

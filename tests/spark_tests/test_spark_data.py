@@ -285,6 +285,8 @@ def test_read_interactions_gives_the_loaders_rows_and_types(spark: Any, tmp_path
             {},
         ),
         "padded_int.csv": (GOOD.assign(user=["\t42", "42 ", "7", "8"]), {}),
+        # RFC 4180: a quoted field with a comma and doubled quotes is one id, as pandas reads it
+        "quotes.csv": (GOOD.assign(item=['Book, "Vol 2"', "b", '"c"', "b"]), {}),
         "format.csv": (
             GOOD.assign(
                 timestamp=[
@@ -307,6 +309,36 @@ def test_read_interactions_gives_the_loaders_rows_and_types(spark: Any, tmp_path
         pd.testing.assert_frame_equal(
             frame(got, drop_row=True), frame(want, drop_row=True), check_dtype=False, obj=name
         )
+
+
+def test_a_missing_file_or_a_row_longer_than_the_header_is_one_line(
+    spark: Any, tmp_path: Any
+) -> None:
+    """A missing dataset.path is the in-process error (it was Spark's traceback, exit 1); a CSV
+    row with more fields than the header stops the read (Spark used to drop the extra field)
+    with one line from :func:`malformed_csv`, as in process it stops with pandas' error."""
+    from harness import data as hdata
+    from harness.errors import DataError
+    from harness.spark.io import malformed_csv, read_interactions
+
+    for name in ("nope.csv", "nope.parquet"):
+        with pytest.raises(DataError) as want:
+            hdata.load_interactions(tmp_path / name)
+        with pytest.raises(DataError) as got:
+            read_interactions(spark, str(tmp_path / name))
+        said = f"{tmp_path / name}: no such file (dataset.path)"
+        assert str(got.value) == str(want.value) == said
+    path = tmp_path / "long.csv"
+    path.write_text("user,item,timestamp,rating\n1,a,100,1\n2,b,200,2,9\n3,c,300,3\n")
+    with pytest.raises(DataError, match="Expected 4 fields in line 3, saw 5"):
+        hdata.load_interactions(path)
+    with pytest.raises(Exception) as err:  # Spark's own error, read by malformed_csv
+        read_interactions(spark, str(path)).toPandas()
+    assert malformed_csv(err.value) == (
+        "a CSV row does not fit its file's header (more fields than it names, or a broken "
+        "quote): [2,b,200,2]; fix the row or write the file as Parquet"
+    )
+    assert malformed_csv(ValueError("another error")) is None
 
 
 BAD: dict[str, pd.DataFrame] = {
