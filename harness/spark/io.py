@@ -163,10 +163,14 @@ _STRFTIME = {"%Y": "yyyy", "%m": "M", "%d": "d", "%H": "H", "%M": "m", "%S": "s"
 
 
 def stripped(col: Column) -> Column:
-    """Text ``col`` without its surrounding whitespace, as ``str.strip()`` leaves it."""
+    """Text ``col`` without its surrounding whitespace, as ``str.strip()`` leaves it. The
+    regular expression runs only on text whose first or last character may be whitespace (a
+    code point up to U+0020 or from U+0085): on every row it cost 3x Spark's ``trim``."""
     from pyspark.sql import functions as sf
 
-    return sf.regexp_replace(col, _EDGE_SPACE, "")
+    first, last = sf.ascii(col), sf.ascii(sf.substring(col, -1, 1))
+    maybe = (first <= 32) | (first >= 0x85) | (last <= 32) | (last >= 0x85)
+    return sf.when(maybe, sf.regexp_replace(col, _EDGE_SPACE, "")).otherwise(col)
 
 
 def integral_id(text: Column) -> tuple[Column, Column]:

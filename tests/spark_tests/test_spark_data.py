@@ -311,6 +311,23 @@ def test_read_interactions_gives_the_loaders_rows_and_types(spark: Any, tmp_path
         )
 
 
+def test_ids_are_stripped_as_str_strip_strips(spark: Any) -> None:
+    """Every character Python's ``str.isspace`` accepts, and its non-space neighbours, at either
+    end of an id: Spark's ``stripped`` leaves what ``str.strip()`` leaves."""
+    from pyspark.sql import functions as sf
+
+    from harness.spark.io import stripped
+
+    space = [chr(c) for c in range(0x3001) if chr(c).isspace()]
+    others = ["\x00", "\x08", "\x0e", "\x1b", "!", "\x7f", "\x84", "\x86", "\xa1", "\u200b"]
+    values = ["", "a", "a b", "é"]
+    for c in space + others:
+        values += [c, c + "a", "a" + c, c + c + "x y" + c, "\xa0" + c + "id"]
+    frame = spark.createDataFrame([(v,) for v in values], "id string")
+    got = [r[0] for r in frame.select(stripped(sf.col("id"))).collect()]
+    assert got == [v.strip() for v in values]
+
+
 def test_a_missing_file_or_a_row_longer_than_the_header_is_one_line(
     spark: Any, tmp_path: Any
 ) -> None:
