@@ -498,13 +498,11 @@ def _relative_rule(
         if ci == (0.0, 0.0):
             why = f"both models score 0 on {metric} ({segment}): no change"
         else:  # the bar is relative: compare the relative change the difference implies
-            relative = (
-                f"{_signed(ci[0])} to {_signed(ci[1])}"
-                if ci[0] != ci[1]
-                else f"{_signed(value)} over the whole CI"
-                if per_user
-                else _signed(value)
-            )
+            relative = _signed(value)
+            if ci[0] != ci[1]:
+                relative = f"{_signed(ci[0])} to {_signed(ci[1])}"
+            elif per_user:
+                relative += " over the whole CI"
             why = (
                 f"{pair.baseline} scores 0 on {metric} ({segment}): the difference "
                 f"{diff:+.4g}{spread} makes the {what} {relative}"

@@ -175,11 +175,12 @@ def stripped(col: Column) -> Column:
 
 def integral_id(text: Column) -> tuple[Column, Column]:
     """(is ``text`` a canonical integer, as :data:`harness.data._INTEGRAL_TEXT` reads one; its
-    ``bigint`` or null): stripped text, no leading zero or ``+``, an optional ``.0``."""
+    ``bigint`` or null): stripped text, no leading zero or ``+``, an optional ``.0``; a null id
+    is not one."""
     from pyspark.sql import functions as sf
 
     as_int = sf.regexp_replace(text, r"\.0+$", "").try_cast("bigint")
-    return text.rlike(_INTEGRAL) & as_int.isNotNull(), as_int
+    return sf.coalesce(text.rlike(_INTEGRAL) & as_int.isNotNull(), sf.lit(False)), as_int
 
 
 def _spark_pattern(fmt: str, source: str) -> str:

@@ -142,7 +142,7 @@ def _score_table(
             kind = "tsv"
         if kind not in ("csv", "tsv", "parquet"):
             raise DataError(f"{source}: format {kind!r} is not read on Spark (parquet, csv, tsv)")
-        df = read_table(spark, source, kind, "model.<name>.path")
+        df = read_table(spark, source, kind, "PrecomputedScores path")  # as in process
     else:
         source, df = "scores", scores
     wanted = {n: (columns or {}).get(n, n) for n in ("user", "item", "score")}
