@@ -436,25 +436,28 @@ def test_a_killed_command_resumes_to_exactly_its_budget(tmp_path: Path) -> None:
     """The whole command (tune and its sweep) killed with SIGKILL once the first trial's MLflow
     run has ended; the rerun ends with exactly the budget of finished trials."""
     log = tmp_path / "fits.log"
+    stderr_file = tmp_path / "stderr.txt"
     overrides = (*RECORDING, "tune.trials=3")
     cli = HarnessCli()
     proc = subprocess.Popen(
         cli.command(overrides, True, "harness.tune"),
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr_file.open("w"),
         env=cli.env(RECORDING_LOG=str(log)),
         start_new_session=True,  # its own process group: the sweep subprocess is killed too
     )
-    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
     try:
         while proc.poll() is None:  # trial 0's run ends before trial 1's fit starts
             if log.exists() and len(weights_in(log)) >= 2:
                 break
             time.sleep(0.02)
+        assert proc.poll() is None, f"ended before it was killed:\n{stderr_file.read_text()}"
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
+    # the client only now: opening the store while the command creates it races on its schema
+    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
     trial_runs = [
         r
         for r in runs_of(client, "offline-eval-tuning")
