@@ -64,7 +64,22 @@ def spark_session(
     warnings.filterwarnings("ignore", message=_PANDAS3_WARNING, category=FutureWarning)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    _no_task_traces(spark)
     return spark
+
+
+def _no_task_traces(spark: SparkSession) -> None:
+    """Keep the executor and scheduler from logging a failed task's Java stack trace (about 45
+    lines) to the console: the job's error reaches Python with the same trace, and a bad CSV
+    row is then the one line the CLI prints, not a screen of Java before it."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    log4j = jvm.org.apache.logging.log4j
+    for logger in (
+        "org.apache.spark.executor.Executor",
+        "org.apache.spark.scheduler.TaskSetManager",
+    ):
+        log4j.core.config.Configurator.setLevel(logger, log4j.Level.OFF)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,8 @@ Needs PySpark and Java 17 (the ``spark`` fixture skips without them, except unde
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -329,11 +331,12 @@ def test_ids_are_stripped_as_str_strip_strips(spark: Any) -> None:
 
 
 def test_a_missing_file_or_a_row_longer_than_the_header_is_one_line(
-    spark: Any, tmp_path: Any
+    spark: Any, tmp_path: Any, harness_cli: Any
 ) -> None:
     """A missing dataset.path is the in-process error (it was Spark's traceback, exit 1); a CSV
     row with more fields than the header stops the read (Spark used to drop the extra field)
-    with one line from :func:`malformed_csv`, as in process it stops with pandas' error."""
+    with one line from :func:`malformed_csv`, as in process it stops with pandas' error; the
+    JVM prints nothing of its own about the failed task (it printed a 45-line stack trace)."""
     from harness import data as hdata
     from harness.errors import DataError
     from harness.spark.io import malformed_csv, read_interactions
@@ -349,12 +352,31 @@ def test_a_missing_file_or_a_row_longer_than_the_header_is_one_line(
     path.write_text("user,item,timestamp,rating\n1,a,100,1\n2,b,200,2,9\n3,c,300,3\n")
     with pytest.raises(DataError, match="Expected 4 fields in line 3, saw 5"):
         hdata.load_interactions(path)
-    with pytest.raises(Exception) as err:  # Spark's own error, read by malformed_csv
-        read_interactions(spark, str(path)).toPandas()
-    assert malformed_csv(err.value) == (
+    # in a new process: the JVM's own console output is seen only there
+    script = (
+        "import sys\n"
+        "from harness.spark import spark_session\n"
+        "from harness.spark.io import malformed_csv, read_interactions\n"
+        "spark = spark_session('local[1]')\n"
+        "print('-- read', file=sys.stderr, flush=True)\n"
+        "try:\n"
+        "    read_interactions(spark, sys.argv[1]).count()\n"
+        "except Exception as err:\n"
+        "    print(malformed_csv(err))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        env=harness_cli.env(),
+        timeout=300,
+    )
+    assert done.stdout.strip() == (
         "a CSV row does not fit its file's header (more fields than it names, or a broken "
         "quote): [2,b,200,2]; fix the row or write the file as Parquet"
-    )
+    ), done.stderr[-3000:]
+    after = done.stderr.split("-- read\n")[1]  # Spark printed a 45-line stack trace here
+    assert after == "", after[:3000]
     assert malformed_csv(ValueError("another error")) is None
 
 
