@@ -1,7 +1,10 @@
 """``python -m harness.compare BASELINE CANDIDATE``: compare two logged evaluations again.
 
-BASELINE and CANDIDATE are MLflow run ids of model (child) runs, or ``models:/NAME/VERSION``
-URIs of registered versions evaluated earlier (the latest run that evaluated that URI is used).
+BASELINE and CANDIDATE are MLflow run ids of model (child) runs, or registered versions
+evaluated earlier, ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` (an alias is the version
+it points to now, read from the registry of ``--tracking-uri``). A version's run is its latest
+successful evaluation, under any URI that named it, on the other side's split when there is
+one; a note says which run it was.
 The comparison is recomputed from the runs' per-user artifacts, without re-running any model,
 printed like the main run's (the model × metric table, the comparison per metric, each
 candidate's gate lines and the verdict), written as a report (``report.html``, ``report.md``)
@@ -77,8 +80,12 @@ def _parser() -> argparse.ArgumentParser:
         description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("baseline", help="run id or models:/NAME/VERSION of the baseline")
-    p.add_argument("candidate", help="run id or models:/NAME/VERSION of the candidate")
+    p.add_argument(
+        "baseline", help="run id, models:/NAME/VERSION or models:/NAME@ALIAS of the baseline"
+    )
+    p.add_argument(
+        "candidate", help="run id, models:/NAME/VERSION or models:/NAME@ALIAS of the candidate"
+    )
     p.add_argument("--tracking-uri", default="sqlite:///runs/mlflow.db")
     p.add_argument("--runs-dir", default="runs", help="where cached splits are (for segments)")
     p.add_argument(
@@ -111,22 +118,67 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _resolve(client: Any, ref: str, uri: str) -> Any:
-    """The model run for a run id or a ``models:/`` URI evaluated earlier; an unknown id or a
-    parent run (a whole evaluation, whose children are the model runs) is a ValueError."""
+def _registered_version(client: Any, ref: str, uri: str) -> tuple[str, str]:
+    """(name, version) of a ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` ref; an alias is
+    resolved in the registry now (where it points today, not where it pointed when evaluated)."""
+    from mlflow.exceptions import MlflowException
+
+    from harness.models.mlflow_model import _URI
+
+    match = _URI.fullmatch(ref)
+    if match is None:
+        raise ValueError(
+            f"{ref}: a registered version is models:/NAME/VERSION or models:/NAME@ALIAS"
+        )
+    if match["alias"] is None:
+        return match["name"], match["version"]
+    try:
+        mv = client.get_model_version_by_alias(match["name"], match["alias"])
+    except MlflowException as err:
+        if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise ValueError(
+                f"{ref} is not set in the registry at {uri} ({_first_line(err)})"
+            ) from None
+        raise
+    return str(mv.name), str(mv.version)
+
+
+def _resolve(client: Any, ref: str, uri: str, split: str | None = None) -> tuple[Any, str | None]:
+    """The model run for a run id or a ``models:/`` ref, and a note saying which run a ref
+    resolved to. A ref is the version it names (an alias: the version it points to now); its
+    run is the latest successful evaluation of that version, on ``split`` (the other side's
+    ``split.sha256``) when there is one. An unknown id or a parent run (a whole evaluation,
+    whose children are the model runs) is a ValueError."""
     from mlflow.exceptions import MlflowException
 
     try:
         if ref.startswith("models:/"):
-            found = client.search_runs(
-                [e.experiment_id for e in client.search_experiments()],
-                filter_string=f"tags.`model.info.model_uri` = '{ref}'",
-                order_by=["attributes.start_time DESC"],
-                max_results=1,
+            name, version = _registered_version(client, ref, uri)
+            where = (
+                f"tags.`model.info.name` = '{name}' and tags.`model.info.version` = '{version}' "
+                "and tags.status = 'ok'"
             )
+            experiments = [e.experiment_id for e in client.search_experiments()]
+            found = []
+            for extra in ([f" and tags.`split.sha256` = '{split}'"] if split else []) + [""]:
+                found = client.search_runs(
+                    experiments,
+                    filter_string=where + extra,
+                    order_by=["attributes.start_time DESC"],
+                    max_results=1,
+                )
+                if found:
+                    break
             if not found:
-                raise ValueError(f"no evaluation of {ref} was logged at {uri}")
-            return found[0]
+                raise ValueError(
+                    f"no evaluation of {name} version {version} ({ref}) was logged at {uri}"
+                )
+            run = found[0]
+            when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(run.info.start_time / 1000))
+            return run, (
+                f"{ref} is {name} version {version}: its latest evaluation, run "
+                f"{run.info.run_id} ({run.data.tags.get('model', run.info.run_name)}, {when} UTC)"
+            )
         try:
             run = client.get_run(ref)
         except MlflowException as err:
@@ -150,22 +202,34 @@ def _resolve(client: Any, ref: str, uri: str) -> Any:
             f"{ref} is a parent run (one whole evaluation), not a model run; compare two of its "
             f"model runs: {listing}"
         )
-    return run
+    return run, None
 
 
-def _same_model(runs: list[Any]) -> str | None:
-    """A note when both sides evaluated one model (one run, or one registered version, as two
-    aliases pointing at the same version do): every difference is then 0 by construction."""
+def _both(client: Any, refs: Sequence[str], uri: str) -> tuple[list[Any], list[str]]:
+    """The two model runs (baseline, candidate) and the notes on resolved refs: run ids first,
+    then ``models:/`` refs, each preferring an evaluation on the split of a side already found."""
+    runs: list[Any] = [None, None]
+    notes: list[str | None] = [None, None]
+    for i in sorted((1, 0), key=lambda i: refs[i].startswith("models:/")):
+        other = runs[1 - i]
+        split = other.data.tags.get("split.sha256") if other is not None else None
+        runs[i], notes[i] = _resolve(client, refs[i], uri, split)
+    return runs, [n for n in notes if n]
+
+
+def _same_model(runs: list[Any], refs: Sequence[str]) -> str | None:
+    """A note when both sides evaluated one model (one registered version, as two aliases
+    pointing at the same version do, or one run): every difference is then 0 by construction."""
     a, b = (r.data.tags for r in runs)
-    if runs[0].info.run_id == runs[1].info.run_id:
-        return f"both sides are run {runs[0].info.run_id}: the model is compared with itself"
     keys = ("model.info.name", "model.info.version")
     if all(a.get(k) is not None and a.get(k) == b.get(k) for k in keys):
         return (
-            f"both sides evaluated {a['model.info.name']} version {a['model.info.version']} "
-            f"({a.get('model.info.model_uri')} and {b.get('model.info.model_uri')}): the model "
-            f"is compared with itself; check which version each alias points to"
+            f"both sides are {a['model.info.name']} version {a['model.info.version']} "
+            f"({refs[0]} and {refs[1]}): the model is compared with itself; check which version "
+            "each alias points to"
         )
+    if runs[0].info.run_id == runs[1].info.run_id:
+        return f"both sides are run {runs[0].info.run_id}: the model is compared with itself"
     return None
 
 
@@ -490,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     client = MlflowClient(args.tracking_uri)
     try:
-        runs = [_resolve(client, r, args.tracking_uri) for r in (args.baseline, args.candidate)]
+        runs, resolved = _both(client, (args.baseline, args.candidate), args.tracking_uri)
         hashes = [r.data.tags.get("split.sha256") for r in runs]
         if None in hashes or hashes[0] != hashes[1]:
             raise ValueError(
@@ -527,8 +591,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             labels = read_labels(cspec.human_labels) if cspec.human_labels else None
             pair, segmented = compare(metric_names)
-        same = _same_model(runs)
-        pair.notes = [*([same] if same else []), *pair.notes, *(n for x in logged for n in x.notes)]
+        same = _same_model(runs, (args.baseline, args.candidate))
+        pair.notes = [
+            *resolved,
+            *([same] if same else []),
+            *pair.notes,
+            *(n for x in logged for n in x.notes),
+        ]
         if labels is not None:
             if "candidate" in labels.columns:
                 labels = labels[labels["candidate"].astype(str) == names[1]]

@@ -114,23 +114,64 @@ def test_a_run_compared_with_itself_says_so(store) -> None:
     assert notes == [f"note: both sides are run {pop}: the model is compared with itself"]
 
 
-def test_one_registered_version_on_both_sides_is_named() -> None:
-    """Two aliases pointing at one version: the note names the version and both URIs."""
-    from types import SimpleNamespace
+def test_an_alias_is_the_version_it_points_to_now(tmp_path: Path) -> None:
+    """In a real registry (sqlite store): a ``models:/`` ref is the version it names, an alias
+    the version it points to now (not the version a run evaluated under that alias); its run is
+    the latest successful evaluation of that version, on the other side's split."""
+    from mlflow import MlflowClient
 
-    from harness.compare.__main__ import _same_model
+    from harness.compare.__main__ import _both, _same_model
 
-    def run(run_id: str, uri: str, version: str) -> SimpleNamespace:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("e")
+    client.create_registered_model("reco")
+    for _ in range(2):
+        client.create_model_version("reco", source=str(tmp_path), run_id=None)
+    clock = iter(range(1_000_000, 2_000_000, 1000))
+
+    def evaluated(version: str, ref: str, split: str = "S", status: str = "ok") -> str:
         tags = {
+            "model": "m",
             "model.info.name": "reco",
             "model.info.version": version,
-            "model.info.model_uri": uri,
+            "model.info.model_uri": ref,
+            "split.sha256": split,
+            "status": status,
         }
-        return SimpleNamespace(info=SimpleNamespace(run_id=run_id), data=SimpleNamespace(tags=tags))
+        return client.create_run(exp, start_time=next(clock), tags=tags).info.run_id
 
-    champion, challenger = run("a", "models:/reco@champion", "2"), run("b", "models:/reco@x", "2")
-    assert _same_model([champion, challenger]) == (
-        "both sides evaluated reco version 2 (models:/reco@champion and models:/reco@x): the "
+    v1 = evaluated("1", "models:/reco@champion")
+    evaluated("2", "models:/reco/2")
+    v2 = evaluated("2", "models:/reco@challenger")  # the latest good evaluation of version 2
+    evaluated("2", "models:/reco@challenger", status="failed")  # a failed one is not a result
+    evaluated("1", "models:/reco@champion", split="T")  # v1's latest, on another split
+    client.set_registered_model_alias("reco", "champion", "1")
+    client.set_registered_model_alias("reco", "challenger", "2")
+
+    def ids(*refs: str) -> list[str]:
+        return [r.info.run_id for r in _both(client, refs, uri)[0]]
+
+    assert ids("models:/reco@champion", "models:/reco@challenger") == [v1, v2]
+    assert ids("models:/reco/1", "models:/reco/2") == [v1, v2]
+    assert ids("models:/reco/1", v2) == [v1, v2]  # a run id on one side: its split
+    runs, notes = _both(client, ("models:/reco@champion", "models:/reco/2"), uri)
+    assert notes[0].startswith(
+        f"models:/reco@champion is reco version 1: its latest evaluation, run {v1} (m, "
+    )
+
+    # promotion: both aliases on version 2; v1's runs (evaluated under @champion) are not used
+    client.set_registered_model_alias("reco", "champion", "2")
+    refs = ("models:/reco@champion", "models:/reco@challenger")
+    runs, _ = _both(client, refs, uri)
+    assert [r.info.run_id for r in runs] == [v2, v2]
+    assert _same_model(runs, refs) == (
+        "both sides are reco version 2 (models:/reco@champion and models:/reco@challenger): the "
         "model is compared with itself; check which version each alias points to"
     )
-    assert _same_model([champion, run("b", "models:/reco@x", "3")]) is None
+    with pytest.raises(ValueError, match=r"^models:/reco@nope is not set in the registry at "):
+        _both(client, ("models:/reco@nope", v2), uri)
+    with pytest.raises(ValueError, match=r"^no evaluation of reco version 7 \(models:/reco/7\)"):
+        _both(client, ("models:/reco/7", v2), uri)
+    with pytest.raises(ValueError, match=r"^models:/reco: a registered version is models:/NAME"):
+        _both(client, ("models:/reco", v2), uri)

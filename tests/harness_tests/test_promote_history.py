@@ -240,6 +240,35 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
     half = 1.959963984540054 * per_user.std(ddof=1) / np.sqrt(len(per_user))
     assert ndcg["ci"] == pytest.approx([per_user.mean() - half, per_user.mean() + half], rel=1e-9)
 
+    # a later comparison by registry refs: an alias is the version it points to now
+    def compare(*refs: str) -> subprocess.CompletedProcess:
+        return CLI.run(
+            work,
+            *refs,
+            "--tracking-uri",
+            url,
+            "compare.n_resamples=200",
+            timeout=300,
+            module="harness.compare",
+        )
+
+    both = compare("models:/reco@champion", "models:/reco@challenger")  # both on v2 now
+    assert both.returncode == 0, both.stderr
+    assert (
+        "note: both sides are reco version 2 (models:/reco@champion and models:/reco@challenger): "
+        "the model is compared with itself" in both.stdout
+    )
+    by_version = compare("models:/reco/1", "models:/reco/2")  # v1 was evaluated as @champion
+    assert by_version.returncode == 0, by_version.stderr
+    assert (
+        f"note: models:/reco/2 is reco version 2: its latest evaluation, run {child.info.run_id}"
+        in by_version.stdout
+    )
+    ndcg_row = next(
+        x.split() for x in by_version.stdout.splitlines() if x.strip().startswith("ndcg@10 ")
+    )
+    assert ndcg_row[2] == f"{logged['ndcg_at_10']:.4f}"
+
     # 3. the history: v1 (never a candidate), then v2's two evaluations in order
     hist = _history(url, work, "reco", "--plot", str(tmp_path / "history.png"))
     assert hist.returncode == 0, hist.stderr
