@@ -68,7 +68,7 @@ from harness.gate import (
     worst,
 )
 from harness.models import Recommender, check_options, model_class, without_search_space
-from harness.promote import promote_run
+from harness.promote import check_promotion, promote_run
 from harness.record import failed_job_row, job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
 from harness.resume import check_folder, finished, record_resumption, resume
@@ -403,6 +403,13 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     warn_share = dropped_share_of(cfg)
     cand_spec = CandidateSpec(**_plain(cfg.get("candidates") or {"kind": "full"}))
     models, load_errors = build_models(cfg, progress)
+    check_promotion(  # gate.promote that could not act: exit 2 before any fit
+        gspec.promote,
+        str(cfg.tracking.uri)
+        if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri")
+        else None,
+        {n: m for n, m in models.items() if n != cspec.baseline and n not in gspec.sanity},
+    )
     resume_spec = str(cfg.resume) if cfg.get("resume") else None
     check_folder(resume_spec)  # a folder that cannot be resumed: exit 2 before the data is read
     spark = spark_of(cfg)  # engine=spark: load, split, models and metrics run on Spark

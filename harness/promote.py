@@ -34,6 +34,7 @@ __all__ = [
     "LATEST_TAG",
     "Promotion",
     "check_alias",
+    "check_promotion",
     "evaluation_record",
     "format_promotion",
     "mean_ci",
@@ -79,6 +80,57 @@ def check_alias(alias: object) -> str | None:
             f"not 'latest' or vN) (got {alias!r})"
         )
     return text
+
+
+def check_promotion(
+    alias: str | None, tracking_uri: str | None, candidates: Mapping[str, Any]
+) -> None:
+    """Before any model runs, a ``gate.promote`` that could not act is a one-line ValueError:
+    no tracking store (its registry holds the alias), no gated candidate from the registry, a
+    candidate read from another registry, or an alias not set on the candidate's model (a typo
+    would otherwise create a new alias on GO). ``candidates``: gated candidate → model. A
+    registry that cannot be read now is left to the promotion step, which reports it (exit 3)."""
+    if not alias:
+        return
+    if not tracking_uri:
+        raise ValueError(
+            f"gate.promote={alias} moves an alias in the tracking store's registry, but tracking "
+            "is off (tracking=none): use tracking=local or tracking=server, or drop gate.promote"
+        )
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from harness.models.mlflow_model import MLflowModel
+
+    registered = {n: m for n, m in candidates.items() if isinstance(m, MLflowModel)}
+    if not registered:
+        raise ValueError(
+            f"gate.promote={alias}: no gated candidate is a registered model version (model=mlflow "
+            "with model.mlflow.uri=models:/NAME/VERSION or models:/NAME@ALIAS)"
+        )
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    for name, model in registered.items():
+        registry = model.registry_uri or model.tracking_uri
+        if registry is not None and str(registry) != tracking_uri:
+            raise ValueError(
+                f"gate.promote={alias}: model {name} is read from the registry at {registry}, but "
+                f"the promotion moves aliases in the tracking store's registry ({tracking_uri})"
+            )
+        try:
+            client.get_model_version_by_alias(model._name, alias)
+        except MlflowException as err:
+            if err.error_code != "INVALID_PARAMETER_VALUE":
+                continue  # no such model: the model's own load says so; unreachable: see above
+            aliases = client.get_registered_model(model._name).aliases
+            have = ", ".join(f"@{a} (version {v})" for a, v in sorted(aliases.items())) or "none"
+            raise ValueError(
+                f"gate.promote={alias}: models:/{model._name}@{alias} is not set (aliases of "
+                f"{model._name}: {have}); the promotion moves an alias that exists: set it once "
+                f"in MLflow (MlflowClient().set_registered_model_alias('{model._name}', "
+                f"'{alias}', VERSION)) or fix the name"
+            ) from None
+        except Exception:  # the registry cannot be read now (a server down): decided later
+            continue
 
 
 def _failing_rules(decision: Any) -> list[str]:

@@ -304,3 +304,45 @@ def test_a_bad_alias_is_a_one_line_error_before_any_model_runs(tmp_path: Path) -
         "and -; not 'latest' or vN) (got 'latest')"
     ]
     assert "dataset" not in proc.stdout  # nothing was loaded or fitted
+
+
+def test_a_promotion_that_could_not_act_is_one_line_before_any_model_runs(tmp_path: Path) -> None:
+    """No store, no registered candidate, another registry, or an alias that is not set (a typo
+    would create a new alias on GO): one line, exit 2, nothing loaded or fitted."""
+    from mlflow import MlflowClient
+
+    (tmp_path / "runs").mkdir()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")  # tracking=local's
+    client.create_registered_model("reco")
+    client.create_model_version("reco", source=str(tmp_path), run_id=None)
+    client.set_registered_model_alias("reco", "champion", "1")
+    client.set_registered_model_alias("reco", "challenger", "1")
+    registered = ["model=[popularity,mlflow]", "model.mlflow.uri=models:/reco/1"]
+
+    def error(*overrides: str) -> str:
+        proc = CLI.run(tmp_path, *overrides, timeout=120)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "dataset" not in proc.stdout  # nothing was loaded or fitted
+        (line,) = proc.stderr.strip().splitlines()
+        return line
+
+    assert error("tracking=none", "gate.promote=champion") == (
+        "error: gate.promote=champion moves an alias in the tracking store's registry, but "
+        "tracking is off (tracking=none): use tracking=local or tracking=server, or drop "
+        "gate.promote"
+    )
+    assert error("gate.promote=champion").startswith(
+        "error: gate.promote=champion: no gated candidate is a registered model version"
+    )
+    assert error(*registered, "gate.promote=champoin") == (
+        "error: gate.promote=champoin: models:/reco@champoin is not set (aliases of reco: "
+        "@challenger (version 1), @champion (version 1)); the promotion moves an alias that "
+        "exists: set it once in MLflow (MlflowClient().set_registered_model_alias('reco', "
+        "'champoin', VERSION)) or fix the name"
+    )
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert error(*registered, f"model.mlflow.tracking_uri={other}", "gate.promote=champion") == (
+        f"error: gate.promote=champion: model mlflow is read from the registry at {other}, but "
+        f"the promotion moves aliases in the tracking store's registry (sqlite:///runs/mlflow.db)"
+    )
+    assert client.get_registered_model("reco").aliases == {"champion": 1, "challenger": 1}
