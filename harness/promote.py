@@ -281,7 +281,8 @@ def _val(value: float | None) -> str:
 
 
 def headline_text(record: Mapping[str, Any], metric: str | None = None) -> str:
-    """``ndcg@10 0.3479 [0.3301, 0.3657], lift +22.05% [+13.76%, +31.35%] vs popularity``."""
+    """``ndcg@10 0.3479 [0.3301, 0.3657], lift +22.05% [+13.76%, +31.35%] vs popularity``: the
+    lift as the metric moved (``rmse (lower is better) …, lift -8.10%`` is an improvement)."""
     metric = metric or record.get("headline")
     entry = record.get("metrics", {}).get(metric)
     if not entry:
@@ -290,8 +291,11 @@ def headline_text(record: Mapping[str, Any], metric: str | None = None) -> str:
     ci = f" [{_val(low)}, {_val(high)}]" if low is not None else ""
     lift_low, lift_high = entry.get("lift_ci") or [None, None]
     lift_ci = f" [{_pct(lift_low)}, {_pct(lift_high)}]" if lift_low is not None else ""
+    from harness.report.context import higher_is_better
+
+    lower = "" if higher_is_better(str(metric)) else " (lower is better)"  # the lift is as is
     return (
-        f"{metric} {_val(entry.get('value'))}{ci}, lift {_pct(entry.get('lift'))}{lift_ci} "
+        f"{metric}{lower} {_val(entry.get('value'))}{ci}, lift {_pct(entry.get('lift'))}{lift_ci} "
         f"vs {record.get('baseline_uri') or record.get('baseline')}"
     )
 

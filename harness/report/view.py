@@ -377,7 +377,16 @@ def _rules_table(d: GateDecision) -> Table | None:
                 Cell(r.reason),
             ]
         )
-    header = ["Rule", "Metric", "Segment", "Status", "Value", "CI", "Threshold", "Reason"]
+    header = [
+        "Rule",
+        "Metric",
+        "Segment",
+        "Status",
+        "Value (+ better)",
+        "CI",
+        "Threshold",
+        "Reason",
+    ]
     return Table(
         header, rows, {"class": "rules", "data-candidate": d.candidate}, text_cols=(0, 1, 2, 3, 7)
     )

@@ -61,6 +61,19 @@ def test_plan_promotes_go_only_and_never_two_versions_at_once() -> None:
     assert "b (another version of reco) is GO too" in plans[0].reason
 
 
+def test_the_headline_says_when_its_metric_is_better_lower() -> None:
+    """The registry's headline shows the lift as the metric moved (not oriented as the gate's
+    rules are): for a lower-is-better metric it says so, so a fall reads as the gain it is."""
+    from harness.promote import headline_text
+
+    entry = {"value": 0.8, "ci": [0.7, 0.9], "lift": -0.2, "lift_ci": [-0.3, -0.1]}
+    record = {"headline": "rmse", "baseline": "pop", "metrics": {"rmse": entry, "ndcg@10": entry}}
+    assert headline_text(record) == (
+        "rmse (lower is better) 0.8000 [0.7000, 0.9000], lift -20.00% [-30.00%, -10.00%] vs pop"
+    )
+    assert headline_text(record, "ndcg@10").startswith("ndcg@10 0.8000 [")
+
+
 def test_history_frame_orders_versions_then_dates() -> None:
     def rec(run: str, date: str, decision: str, value: float) -> str:
         return json.dumps(
