@@ -124,7 +124,11 @@ def build_models(cfg: DictConfig, progress: bool) -> tuple[dict[str, Recommender
         except Exception as err:  # one model's bad params must not stop the others
             if cfg.get("debug"):
                 raise
-            errors[str(name)] = f"could not build {target}: {type(err).__name__}: {err}"
+            cause = err.__cause__ or err  # Hydra's InstantiationException wraps the model's own
+            errors[str(name)] = (
+                f"could not build {target} (model.{name}): {type(cause).__name__}: "
+                f"{_first_line(cause)}"
+            )
     if not models and not errors:
         raise ValueError("no model selected: use e.g. model=[popularity,item_knn]")
     return models, errors

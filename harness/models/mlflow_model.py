@@ -85,13 +85,21 @@ class MLflowModel:
         """Resolve the version, load the pyfunc; with ``exclude_seen`` remember training pairs."""
         import mlflow
         from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
 
         registry = self.registry_uri or self.tracking_uri
         client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=registry)
-        if self._alias is not None:
-            mv = client.get_model_version_by_alias(self._name, self._alias)
-        else:
-            mv = client.get_model_version(self._name, str(self._version))
+        try:
+            if self._alias is not None:
+                mv = client.get_model_version_by_alias(self._name, self._alias)
+            else:
+                mv = client.get_model_version(self._name, str(self._version))
+        except MlflowException as err:
+            if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise
+            where = registry or f"{mlflow.get_registry_uri()} (MLflow's default: no tracking_uri)"
+            message = str(err.message).splitlines()[0].rstrip(".")
+            raise ValueError(f"{self.uri}: {message} in the registry at {where}") from None
         self.info_: dict[str, Any] = {
             "model_uri": self.uri,
             "name": mv.name,

@@ -506,6 +506,24 @@ def test_mlflow_model_rejects_bad_uris() -> None:
     assert MLflowModel("models:/a/b@champion")._name == "a/b"
 
 
+def test_a_version_not_in_the_registry_names_the_registry(tmp_path: Path) -> None:
+    """An unknown model, version or alias: one line naming the ref and the registry read."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowClient(uri).create_registered_model("reco")
+    cases = {
+        "models:/nope/1": "Model Version (name=nope, version=1) not found",
+        "models:/nope@x": "Registered Model with name=nope not found",
+        "models:/reco/3": "Model Version (name=reco, version=3) not found",
+        "models:/reco@champion": "Registered model alias champion not found",
+    }
+    for ref, message in cases.items():
+        with pytest.raises(ValueError) as err:
+            MLflowModel(ref, tracking_uri=uri).fit(generate(n_users=5, n_items=10, n_events=20))
+        assert str(err.value) == f"{ref}: {message} in the registry at {uri}"
+
+
 @pytest.mark.slow
 def test_mlflow_model_end_to_end_with_the_example(tmp_path, monkeypatch) -> None:
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
