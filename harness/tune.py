@@ -231,6 +231,7 @@ class TuneOutcome:
     parent_run: str | None = None
     error: str | None = None
     stopped: str | None = None  # the sweep was cut off before its budget: rerun to resume
+    note: str | None = None  # the study holds more trials than the budget: only the first used
 
     def summary(self) -> dict[str, Any]:
         """Plain values for the final run's ``tune.result.<model>`` config node."""
@@ -244,6 +245,8 @@ class TuneOutcome:
             "best_value": self.best_value,
             "trials_complete": int((states == "COMPLETE").sum()),
             "trials_failed": int((states == "FAIL").sum()),
+            "trials_interrupted": int((states == "INTERRUPTED").sum()),
+            "trials_used": int(self.trials["used"].sum()) if "used" in self.trials else 0,
             "mlflow_run": self.parent_run,
             "error": self.error,
         }
@@ -355,12 +358,15 @@ def _resume(optuna: Any, study: Any, storage: Any) -> tuple[int, list[int]]:
     return counted, stale
 
 
-def _trials_frame(study: Any, name: str) -> pd.DataFrame:
+def _trials_frame(study: Any, name: str, budget: int | None) -> pd.DataFrame:
     """One row per finished or running trial: number, state, value, seconds, params
-    (``param.<name>``, the model's parameter names), error."""
+    (``param.<name>``, the model's parameter names), error, ``counts`` (complete or failed, not
+    interrupted) and ``used``: among the first ``budget`` trials that count (all without a
+    budget), so a study grown by an earlier, larger budget gives every model the same budget."""
     prefix = f"model.{name}."
     rows = []
-    for t in study.get_trials(deepcopy=False):
+    counted = 0
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         if t.state.name == "WAITING":  # queued again, not run yet
             continue
         seconds = (
@@ -379,6 +385,9 @@ def _trials_frame(study: Any, name: str) -> pd.DataFrame:
                 "interrupted": bool(t.user_attrs.get("interrupted", False)),
             }
         )
+        counts = t.state.name in ("COMPLETE", "FAIL", "PRUNED") and not rows[-1]["interrupted"]
+        rows[-1] |= {"counts": counts, "used": counts and (budget is None or counted < budget)}
+        counted += counts
     return pd.DataFrame(rows)
 
 
@@ -648,10 +657,23 @@ def tune_one(
                         f"of {spec.trials} trials{f': {last}' if last else ''}"
                     )
                     outcome.stopped = stopped
-        outcome.trials = _trials_frame(study, sweep.name)
-        complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
-        if complete:
-            best = study.best_trial
+        outcome.trials = frame = _trials_frame(study, sweep.name, spec.trials)
+        used = set(frame.loc[frame["used"], "number"]) if len(frame) else set()
+        finished = int(frame["counts"].sum()) if len(frame) else 0
+        if finished > len(used):
+            outcome.note = (
+                f"the study of {sweep.name} holds {finished} trials from earlier runs; the best of "
+                f"its first {len(used)} (tune.trials={spec.trials}) is used, so every model has "
+                "the same budget"
+            )
+        complete = [
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.state.name == "COMPLETE" and t.number in used
+        ]
+        if complete:  # as Optuna's best_trial, over the used trials: the first best value
+            pick = max if spec.maximize else min
+            best = pick(sorted(complete, key=lambda t: t.number), key=lambda t: t.value)
             prefix = f"model.{sweep.name}."
             outcome.best_params = {k.removeprefix(prefix): v for k, v in best.params.items()}
             outcome.best_value = float(best.value)
@@ -675,7 +697,10 @@ def format_outcome(outcome: TuneOutcome, spec: TuneSpec) -> str:
     if outcome.error:
         return f"{head}\n  {outcome.error}"
     params = ", ".join(f"{k}={_fmt(v)}" for k, v in outcome.best_params.items())
-    return f"{head}\n  best validation {spec.objective} {outcome.best_value:.4f} with {params}"
+    note = f"\n  note: {outcome.note}" if outcome.note else ""
+    return (
+        f"{head}\n  best validation {spec.objective} {outcome.best_value:.4f} with {params}{note}"
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -874,6 +899,8 @@ def tuning_record(
             "trials": trials,
             "trials_complete": summary["trials_complete"],
             "trials_failed": summary["trials_failed"],
+            "trials_interrupted": summary["trials_interrupted"],
+            "note": outcome.note,
             "best_value": _num(outcome.best_value),
             "best_params": dict(outcome.best_params),
             "error": outcome.error,

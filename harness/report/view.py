@@ -671,24 +671,28 @@ def _tuning_view(tuning: Mapping[str, Any], plot: _Plotter) -> TuningView | None
                 Cell(str(len(trials))),
                 Cell(str(m.get("trials_complete", 0))),
                 Cell(str(m.get("trials_failed", 0))),
+                Cell(str(m.get("trials_interrupted", 0))),
                 Cell(fmt_value(m.get("best_value")) if m.get("best_value") is not None else "-"),
                 Cell(chosen or "(configured parameters: no trial completed)"),
             ]
         )
         if m.get("error"):
             notes.append(f"{name}: {m['error']}; the test run used its configured parameters")
+        if m.get("note"):
+            notes.append(str(m["note"]))
     table = Table(
         [
             "Model",
             "Trials",
             "Completed",
             "Failed",
+            "Interrupted",
             f"Best validation {objective}",
             "Chosen parameters",
         ],
         rows,
         {"class": "tuning"},
-        (0, 5),
+        (0, 6),
     )
     direction = "higher is better" if maximize else "lower is better"
     curve = plot(

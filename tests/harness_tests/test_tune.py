@@ -274,7 +274,9 @@ def runs_of(client: MlflowClient, experiment: str) -> list[Any]:
 
 
 @pytest.mark.slow
-def test_tune_logs_nested_trials_and_tests_the_best_once(tmp_path: Path) -> None:
+def test_tune_logs_nested_trials_and_tests_the_best_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     uri = f"sqlite:///{tmp_path}/runs/mlflow.db"
     overrides = ("model=[popularity,item_knn]", "split.valid_cut=0.6", "tune.trials=3")
     cfg = cfg_of(tmp_path, *overrides, f"tracking.uri={uri}")
@@ -358,6 +360,19 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(tmp_path: Path) -> None
     expected = pd.read_csv(next((plain_dir / "runs").rglob("summary.csv")), index_col=0)
     got = pd.read_csv(folder / "summary.csv", index_col=0)
     pd.testing.assert_frame_equal(got, expected)
+
+    # a smaller budget later: the study's first trials only, so every model has the same budget
+    assert best.number > 0  # (seeded: the best is not the first trial, so the cap shows)
+    capsys.readouterr()
+    again = cfg_of(tmp_path, *overrides, f"tune.trials={best.number}", "tune.refit=false")
+    assert tune(again) == 0
+    out = capsys.readouterr().out
+    first = max(study.trials[: best.number], key=lambda t: t.value)
+    assert f"best validation ndcg@10 {first.value:.4f} with " in out
+    assert (
+        f"note: the study of item_knn holds 3 trials from earlier runs; the best of its first "
+        f"{best.number} (tune.trials={best.number}) is used, so every model has the same budget"
+    ) in out
 
 
 def tune_process(cwd: Path, env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:

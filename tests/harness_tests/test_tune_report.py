@@ -68,7 +68,7 @@ def test_markdown_has_the_tuning_section(tuned: dict) -> None:
     failed = [t for t in study.trials if t.state.name == "FAIL"]
     chosen = ", ".join(f"{k}={param_text(v)}" for k, v in params_of(study.best_trial).items())
     row = (
-        f"| item_knn | {len(study.trials)} | {len(complete)} | {len(failed)} | "
+        f"| item_knn | {len(study.trials)} | {len(complete)} | {len(failed)} | 0 | "
         f"{study.best_value:.4f} | {chosen} |"
     )
     assert row in section, section
@@ -87,7 +87,7 @@ def test_html_has_the_tuning_section(tuned: dict) -> None:
     cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", section, re.S)]
     cells = [re.sub(r"<[^>]+>", "", c).strip() for c in cells]
     chosen = ", ".join(f"{k}={param_text(v)}" for k, v in params_of(study.best_trial).items())
-    assert cells == ["item_knn", "3", "3", "0", f"{study.best_value:.4f}", chosen]
+    assert cells == ["item_knn", "3", "3", "0", "0", f"{study.best_value:.4f}", chosen]
     assert "no other trial has a test result" in section
     assert re.search(r'<img[^>]+src="data:image/png;base64,', section)
 
