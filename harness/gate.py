@@ -326,10 +326,18 @@ def check_selection(spec: GateSpec, baseline: str | None, models: Sequence[str])
             )
         return
     if baseline not in models:
+        import difflib
+
+        close = difflib.get_close_matches(baseline, list(models), n=1)
+        hint = (
+            f"did you mean compare.baseline={close[0]}?"
+            if close
+            else f"add it, e.g. 'model=[{baseline},...]', choose another with "
+            "compare.baseline=NAME, or use compare=none"
+        )
         raise ValueError(
             f"compare.baseline={baseline!r} is not among the selected models "
-            f"({', '.join(models) or 'none'}): add it, e.g. 'model=[{baseline},...]', choose "
-            "another with compare.baseline=NAME, or use compare=none"
+            f"({', '.join(models) or 'none'}): {hint}"
         )
     gated = [m for m in models if m != baseline and m not in spec.sanity]
     if spec.enforce and not gated:

@@ -437,3 +437,13 @@ def promote_run(
         )
         return EXIT_REGISTRY_FAILED
     return 0
+
+
+if __name__ == "__main__":  # not a command: say what is
+    print(
+        "error: harness.promote is not a command: promotion is part of a run, "
+        "python -m harness ... gate.promote=ALIAS (README: Launch workflow); "
+        "python -m harness.history NAME lists a registered model's evaluations",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)

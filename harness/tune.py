@@ -934,6 +934,25 @@ _active: dict[str, Any] = {}
 EXIT_TUNING_FAILED, EXIT_INTERRUPTED = 1, 130
 
 
+def usage() -> str:
+    """``--help``: what the command does, the ``tune/`` keys with their defaults (the config
+    file itself, whose comments document them), and where every other option is listed."""
+    from harness.progress import help_text
+
+    keys = (Path(__file__).parent / "configs" / "tune" / "default.yaml").read_text()
+    keys = "\n".join(
+        line
+        for line in keys.splitlines()
+        if not line.startswith(("#", "defaults:", "  - "))  # the header is the docstring's
+    )
+    return (
+        "usage: python -m harness.tune [GROUP=OPTION ...] [KEY=VALUE ...]\n\n"
+        f"{help_text(__doc__)}\n== tune/ keys (tune.KEY=VALUE), with their defaults ==\n{keys}\n\n"
+        "Every other option (dataset, split, model, metrics, compare, gate, tracking) is that of\n"
+        "python -m harness: python -m harness --help lists them; docs/config-reference.md has all."
+    )
+
+
 def main() -> None:
     """Hydra entry point of ``python -m harness.tune``; one-line errors, exit code 2."""
     import hydra
@@ -942,6 +961,9 @@ def main() -> None:
     from harness.cli import EXIT_BAD_INPUT
     from harness.errors import DataError
 
+    if any(a in ("--help", "-h") for a in sys.argv[1:]):
+        print(usage())
+        return
     sys.argv[1:] = _default_group(sys.argv[1:])
     holder = {"code": 0}
 

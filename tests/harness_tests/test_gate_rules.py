@@ -118,6 +118,10 @@ def test_selection_is_checked_before_the_run() -> None:
     check_selection(GateSpec(enabled=False), "als", models)  # no gate: nothing to decide
     with pytest.raises(ValueError, match=r"^compare\.baseline='als' is not among the selected"):
         check_selection(gate, "als", models)
+    with pytest.raises(ValueError, match=r"\(random, popularity, item_knn\): add it, e\.g\. "):
+        check_selection(gate, "als", models)
+    with pytest.raises(ValueError, match=r": did you mean compare\.baseline=popularity\?$"):
+        check_selection(gate, "popularty", models)  # a typo: the name it is close to
     enforced = GateSpec(enforce=True, primary={"metric": "ndcg@10"})
     with pytest.raises(ValueError, match=r"^gate\.enforce=true but no candidate to gate"):
         check_selection(enforced, "popularity", ["popularity", "random"])

@@ -217,3 +217,17 @@ def test_tool_help_prints_no_rst_markup(module: str) -> None:
     assert done.returncode == 0, done.stderr
     assert f"python -m {module}" in done.stdout
     assert "``" not in done.stdout and ":mod:" not in done.stdout
+
+
+def test_the_tuning_command_has_its_own_help_and_promote_says_it_is_no_command() -> None:
+    done = run(sys.executable, "-m", "harness.tune", "--help")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith("usage: python -m harness.tune ")
+    keys = done.stdout.split("== tune/ keys (tune.KEY=VALUE), with their defaults ==\n")[1]
+    tune_yaml = yaml.safe_load((CONFIG_DIR / "tune" / "default.yaml").read_text())
+    listed = [line.split(":")[0] for line in keys.splitlines() if re.match(r"^\w+:", line)]
+    assert listed == [k for k in tune_yaml if k != "defaults"]
+    promote = run(sys.executable, "-m", "harness.promote")
+    assert promote.returncode == 2 and promote.stdout == ""
+    assert promote.stderr.startswith("error: harness.promote is not a command: ")
+    assert len(promote.stderr.strip().splitlines()) == 1
