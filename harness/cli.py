@@ -68,7 +68,7 @@ from harness.gate import (
     worst,
 )
 from harness.models import Recommender, check_options, model_class, without_search_space
-from harness.promote import check_promotion, promote_run
+from harness.promote import check_promotion, promote_run, registry_notes
 from harness.record import failed_job_row, job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
 from harness.resume import check_folder, finished, record_resumption, resume
@@ -524,7 +524,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         with stages.stage("comparison", "comparing with the baseline (bootstrap, segments)"):
             pairs, decisions, overall, notes, verdict = _verdicts(result, cspec, gspec, evaluate)
     sizing = sizing_of(result, pairs, decisions, cspec, gspec)  # online A/B test sizing
-    notes = notes + sizing_notes(sizing, cspec)
+    notes = notes + sizing_notes(sizing, cspec) + registry_notes(result, decisions, gspec.promote)
     checkpoint("report", folder)
     with stages.stage("report", "writing the report"):
         report = write_report(

@@ -40,6 +40,7 @@ __all__ = [
     "mean_ci",
     "plan_promotions",
     "promote_run",
+    "registry_notes",
 ]
 
 #: Tag key prefix of one evaluation on a model version (suffix: the parent run id).
@@ -337,6 +338,29 @@ def _registered(result: Any) -> dict[str, tuple[str, str]]:
         if info.get("info.name") is not None and info.get("info.version") is not None:
             out[cand] = (str(info["info.name"]), str(info["info.version"]))
     return out
+
+
+def registry_notes(result: Any, decisions: Mapping[str, Any], alias: str | None) -> list[str]:
+    """The report's notes on the registry: which version each registered model was, and what
+    ``gate.promote`` is to do with the decisions (it acts after the run is logged to MLflow)."""
+    notes = [
+        f"{cand}: {(result.outcomes[cand].info or {}).get('info.model_uri', '')} is {name} "
+        f"version {version}"
+        for cand, (name, version) in _registered(result).items()
+    ]
+    for plan in plan_promotions(decisions, _registered(result), alias) if alias else []:
+        if plan.action == "promote":
+            notes.append(
+                f"promotion: models:/{plan.name}@{alias} is to move to version {plan.version} "
+                f"({plan.reason}) once the run is logged to MLflow; the model version records "
+                f"the outcome (python -m harness.history {plan.name})"
+            )
+        else:
+            notes.append(
+                f"promotion refused: models:/{plan.name}@{alias} is not moved to version "
+                f"{plan.version}: {plan.reason}"
+            )
+    return notes
 
 
 def promote_run(

@@ -215,6 +215,16 @@ def test_promotion_moves_the_alias_on_go_only_and_history_lists_it(
     assert "promotion: models:/reco@champion -> version 2 (was version 1)" in promoted.stdout
     assert client.get_model_version_by_alias("reco", "champion").version == "2"
     second_run = _parent(promoted.stdout)
+    # the report says which versions were compared and what the promotion is to do
+    for proc, expected in (
+        (refused, "promotion refused: models:/reco@champion is not moved to version 2: NO_GO"),
+        (promoted, "promotion: models:/reco@champion is to move to version 2 (GO against"),
+    ):
+        report = re.search(r"^report:\s+(\S+)", proc.stdout, re.MULTILINE).group(1)
+        page = (work / report).read_text()
+        assert expected in page
+        assert "mlflow: models:/reco/2 is reco version 2" in page
+        assert "champion: models:/reco@champion is reco version 1" in page
     mv = client.get_model_version("reco", "2")
     assert mv.tags["harness.latest.decision"] == "GO"
     assert mv.tags["harness.latest.run"] == second_run
