@@ -30,7 +30,7 @@ from harness.experiment import Evaluator, MetricSuite, run_models
 from harness.models import Recommender
 from harness.split import Split
 
-__all__ = ["remember_trial", "score_on_validation", "task"]
+__all__ = ["remember_trial", "score_on_validation", "task", "trial_tags"]
 
 #: The Optuna trial of the job about to run (set by :func:`remember_trial`, in this process).
 _TRIAL: dict[str, Any] = {}
@@ -146,6 +146,16 @@ class TrialError(RuntimeError):
     """A trial's model failed; the sweeper records the trial as failed and goes on."""
 
 
+def trial_tags(model: str, study: str, number: int) -> dict[str, str]:
+    """The tags of a trial's MLflow run (what :mod:`harness.tune` finds it by)."""
+    return {
+        "harness.kind": "tuning-trial",
+        "tune.model": model,
+        "tune.study": study,
+        "tune.trial": str(number),
+    }
+
+
 def task(cfg: DictConfig) -> float:
     """One trial: build, fit on train, score on validation, log the MLflow run; return the
     objective. A failed trial raises :class:`TrialError` (the sweeper records it as failed);
@@ -169,12 +179,7 @@ def task(cfg: DictConfig) -> float:
     if tracker is not None:
         run_id = tracker.start(
             f"{name} trial {number}",
-            tags={
-                "harness.kind": "tuning-trial",
-                "tune.model": name,
-                "tune.study": str(job["study"]),
-                "tune.trial": str(number),
-            },
+            tags=trial_tags(name, str(job["study"]), number),
             parent=str(job["parent_run"]),
         )
         tracker.log(run_id, params=params)

@@ -571,15 +571,35 @@ def _parent_run(
     return run_id
 
 
-def _end_killed_trial_runs(tracker: Any, study_name: str, numbers: list[int]) -> None:
-    """Trial runs a killed sweep left ``RUNNING`` in MLflow are ended as ``KILLED``."""
+def _end_killed_trial_runs(tracker: Any, sweep: _Sweep, study: Any, numbers: list[int]) -> None:
+    """Trial runs a killed sweep left ``RUNNING`` in MLflow are ended as ``KILLED``; a trial
+    killed before its run was started gets one, ``KILLED``, with its parameters, so every
+    trial the study holds has a run."""
     if tracker is None or not numbers:
         return
+    from harness.trial import trial_tags
+
     client = tracker.client
-    query = f"tags.`tune.study` = '{study_name}' and attributes.status = 'RUNNING'"
-    for run in client.search_runs([tracker.experiment_id], query, max_results=1000):
-        if run.data.tags.get("tune.trial") in {str(n) for n in numbers}:
-            client.set_terminated(run.info.run_id, "KILLED")
+    wanted = {str(n) for n in numbers}
+    found = set()
+    query = f"tags.`tune.study` = '{sweep.study}'"
+    for run in client.search_runs([tracker.experiment_id], query, max_results=50_000):
+        number = run.data.tags.get("tune.trial")
+        if number in wanted:
+            found.add(number)
+            if run.info.status == "RUNNING":
+                client.set_terminated(run.info.run_id, "KILLED")
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    prefix = f"model.{sweep.name}."
+    for n in numbers:
+        if str(n) in found or n not in trials:
+            continue
+        run_id = tracker.start(
+            f"{sweep.name} trial {n}", trial_tags(sweep.name, sweep.study, n), sweep.parent_run
+        )
+        params = {k.removeprefix(prefix): v for k, v in trials[n].params.items()}
+        tracker.log(run_id, params=params, tags={"error": "interrupted before it started"})
+        tracker.finish(run_id, "KILLED")
 
 
 def _close_parent(tracker: Any, spec: TuneSpec, parent: str, outcome: TuneOutcome) -> None:
@@ -639,7 +659,7 @@ def tune_one(
         parent = _parent_run(tracker, spec, study, sweep.name, sweep.space, info)
         outcome.parent_run = parent
         sweep = replace(sweep, parent_run=parent)
-        _end_killed_trial_runs(tracker, sweep.study, stale)
+        _end_killed_trial_runs(tracker, sweep, study, stale)
         remaining = 10**9 if spec.trials is None else max(spec.trials - done, 0)
         stopped = ""
         if remaining:
@@ -650,7 +670,7 @@ def tune_one(
             study = optuna.load_study(study_name=sweep.study, storage=storage)
             if code != 0:  # the time budget, or the sweep died: its running trial runs again
                 counted, cut = _resume(optuna, study, storage)
-                _end_killed_trial_runs(tracker, sweep.study, cut)
+                _end_killed_trial_runs(tracker, sweep, study, cut)
                 if code != -1 and (spec.trials is None or counted < spec.trials):
                     stopped = (
                         f"the sweep of {sweep.name} stopped (exit code {code}) after {counted} "
@@ -692,7 +712,9 @@ def format_outcome(outcome: TuneOutcome, spec: TuneSpec) -> str:
     s = outcome.summary()
     head = (
         f"tuned {outcome.model}: {s['trials_complete']} trials complete, "
-        f"{s['trials_failed']} failed (study {outcome.study}, {outcome.storage})"
+        f"{s['trials_failed']} failed"
+        + (f", {s['trials_interrupted']} interrupted" if s["trials_interrupted"] else "")
+        + f" (study {outcome.study}, {outcome.storage})"
     )
     if outcome.error:
         return f"{head}\n  {outcome.error}"

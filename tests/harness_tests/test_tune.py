@@ -414,7 +414,7 @@ def test_a_sweep_that_dies_mid_trial_resumes_where_it_stopped(tmp_path: Path) ->
 
     second = tune_process(tmp_path, {"RECORDING_LOG": str(log)}, *overrides)
     assert second.returncode == 0, second.stderr
-    assert "4 trials complete" in second.stdout
+    assert "4 trials complete, 0 failed, 1 interrupted (study " in second.stdout
     # the harness's own line per trial, none of Hydra's launcher logs ("[HYDRA] Launching ...")
     assert "[HYDRA]" not in first.stdout + second.stdout, second.stdout
     weights_after = weights_in(log)
@@ -543,3 +543,29 @@ def test_a_study_file_of_another_optuna_version_is_one_line(tmp_path: Path) -> N
     with pytest.raises(ValueError, match="another Optuna version") as err:
         _storage(optuna, db)
     assert str(db) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_every_interrupted_trial_ends_with_a_killed_run(tmp_path: Path) -> None:
+    """A trial killed while its run was open: that run ends KILLED; one killed before its run
+    started gets a KILLED run with its parameters (no duplicate for the first)."""
+    from harness.tracking import Tracker
+    from harness.trial import trial_tags
+    from harness.tune import _end_killed_trial_runs, _Sweep
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="st")
+    for _ in range(2):  # two trials left running, as a killed sweep leaves them
+        study.ask().suggest_int("model.knn.k", 5, 50)
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "tuning", tmp_path / "artifacts")
+    parent = tracker.start("tune knn")
+    open_run = tracker.start("knn trial 0", trial_tags("knn", "st", 0), parent)
+    sweep = _Sweep("knn", "st", tmp_path / "s.db", {}, parent)
+    _end_killed_trial_runs(tracker, sweep, study, [0, 1])
+    runs = tracker.client.search_runs([tracker.experiment_id], "tags.`tune.study` = 'st'")
+    by_trial = {r.data.tags["tune.trial"]: r for r in runs}
+    assert sorted(by_trial) == ["0", "1"] and len(runs) == 2
+    assert by_trial["0"].info.run_id == open_run
+    assert {r.info.status for r in runs} == {"KILLED"}
+    started_late = by_trial["1"]
+    assert started_late.data.params == {"k": str(study.trials[1].params["model.knn.k"])}
+    assert started_late.data.tags["mlflow.parentRunId"] == parent
+    assert started_late.data.tags["harness.kind"] == "tuning-trial"
