@@ -117,18 +117,19 @@ def check_promotion(
                 f"gate.promote={alias}: model {name} is read from the registry at {registry}, but "
                 f"the promotion moves aliases in the tracking store's registry ({tracking_uri})"
             )
+        reg = model.registered_name
         try:
-            client.get_model_version_by_alias(model._name, alias)
+            client.get_model_version_by_alias(reg, alias)
         except MlflowException as err:
             if err.error_code != "INVALID_PARAMETER_VALUE":
                 continue  # no such model: the model's own load says so; unreachable: see above
-            aliases = client.get_registered_model(model._name).aliases
+            aliases = client.get_registered_model(reg).aliases
             have = ", ".join(f"@{a} (version {v})" for a, v in sorted(aliases.items())) or "none"
             raise ValueError(
-                f"gate.promote={alias}: models:/{model._name}@{alias} is not set (aliases of "
-                f"{model._name}: {have}); the promotion moves an alias that exists: set it once "
-                f"in MLflow (MlflowClient().set_registered_model_alias('{model._name}', "
-                f"'{alias}', VERSION)) or fix the name"
+                f"gate.promote={alias}: models:/{reg}@{alias} is not set (aliases of {reg}: "
+                f"{have}); the promotion moves an alias that exists: set it once in MLflow "
+                f"(MlflowClient().set_registered_model_alias('{reg}', '{alias}', VERSION)) or fix "
+                "the name"
             ) from None
         except Exception:  # the registry cannot be read now (a server down): decided later
             continue

@@ -81,6 +81,11 @@ class MLflowModel:
         self._version = match["version"]
         self._alias = match["alias"]
 
+    @property
+    def registered_name(self) -> str:
+        """The registered model's name, from the URI (no registry call)."""
+        return str(self._name)
+
     def fit(self, train: pd.DataFrame) -> Self:
         """Resolve the version, load the pyfunc; with ``exclude_seen`` remember training pairs."""
         import mlflow
@@ -98,7 +103,8 @@ class MLflowModel:
             if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                 raise
             where = registry or f"{mlflow.get_registry_uri()} (MLflow's default: no tracking_uri)"
-            message = str(err.message).splitlines()[0].rstrip(".")
+            first = str(err.message).splitlines()[0]  # over REST it starts with the error code
+            message = re.sub(r"^[A-Z_]+: ", "", first).rstrip(".")
             raise ValueError(f"{self.uri}: {message} in the registry at {where}") from None
         self.info_: dict[str, Any] = {
             "model_uri": self.uri,
