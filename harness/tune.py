@@ -558,8 +558,6 @@ def _parent_run(
             "model": name,
             "objective": spec.objective,
             "sampler": spec.sampler,
-            "budget.trials": spec.trials,
-            "budget.timeout": spec.timeout,
             "split": info["split"],
             "dataset": info["dataset"],
             "sweeper": "hydra-optuna-sweeper",
@@ -613,6 +611,8 @@ def _close_parent(tracker: Any, spec: TuneSpec, parent: str, outcome: TuneOutcom
             "trials_failed": summary["trials_failed"],
         },
         tags={f"best.{k}": v for k, v in outcome.best_params.items()}
+        # tags, not params: a later invocation may raise the budget (params cannot change)
+        | {"budget.trials": str(spec.trials), "budget.timeout": str(spec.timeout)}
         | ({"error": outcome.error} if outcome.error else {}),
     )
     status = "KILLED" if outcome.stopped else "FINISHED" if outcome.error is None else "FAILED"

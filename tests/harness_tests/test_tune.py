@@ -299,6 +299,7 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(
     assert len(parents) == 1 and len(trials) == 3 and len(tuning) == 4
     parent = parents[0]
     assert parent.info.status == "FINISHED"
+    assert parent.data.tags["budget.trials"] == "3" and parent.data.tags["budget.timeout"] == "None"
     assert {r.data.tags["mlflow.parentRunId"] for r in trials} == {parent.info.run_id}
     by_number = {int(r.data.tags["tune.trial"]): r for r in trials}
     for t in study.trials:
@@ -368,6 +369,8 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(
     assert tune(again) == 0
     out = capsys.readouterr().out
     first = max(study.trials[: best.number], key=lambda t: t.value)
+    budget = client.get_run(parent.info.run_id).data.tags["budget.trials"]
+    assert budget == str(best.number)  # the parent run says the budget of its latest invocation
     assert f"best validation ndcg@10 {first.value:.4f} with " in out
     assert (
         f"note: the study of item_knn holds 3 trials from earlier runs; the best of its first "
