@@ -336,4 +336,14 @@ def test_compare_cli_accepts_a_registered_model_version_evaluated_earlier(tmp_pa
     assert done.returncode == 0, done.stderr[-2000:]
     assert "mlflow vs popularity" in done.stdout
     missing = CLI.run(tmp_path, pop.info.run_id, "models:/demo/7", module="harness.compare")
-    assert missing.returncode == 2 and "no evaluation of models:/demo/7" in missing.stderr
+    assert missing.returncode == 2
+    assert missing.stderr == (
+        "error: no evaluation of demo version 7 (models:/demo/7) was logged at "
+        "sqlite:///runs/mlflow.db\n"
+    )
+    alias = CLI.run(tmp_path, pop.info.run_id, "models:/demo@champion", module="harness.compare")
+    assert alias.returncode == 0, alias.stderr[-2000:]  # the example sets @champion on version 1
+    assert (
+        "note: models:/demo@champion is demo version 1: its latest evaluation, run "
+        f"{shipped.info.run_id}" in alias.stdout
+    )
