@@ -2,9 +2,9 @@
 
 BASELINE and CANDIDATE are MLflow run ids of model (child) runs, or registered versions
 evaluated earlier, ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` (an alias is the version
-it points to now, read from the registry of ``--tracking-uri``). A version's run is its latest
-successful evaluation, under any URI that named it, on the other side's split when there is
-one; a note says which run it was.
+it points to now, read from ``--registry-uri``, by default the tracking store's). A version's
+run is its latest successful evaluation, under any URI that named it, on the other side's split
+when there is one; a note says which run it was.
 The comparison is recomputed from the runs' per-user artifacts, without re-running any model,
 printed like the main run's (the model × metric table, the comparison per metric, each
 candidate's gate lines and the verdict), written as a report (``report.html``, ``report.md``)
@@ -87,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
         "candidate", help="run id, models:/NAME/VERSION or models:/NAME@ALIAS of the candidate"
     )
     p.add_argument("--tracking-uri", default="sqlite:///runs/mlflow.db")
+    p.add_argument(
+        "--registry-uri",
+        default=None,
+        help="the model registry aliases are read from (default: the tracking store's)",
+    )
     p.add_argument("--runs-dir", default="runs", help="where cached splits are (for segments)")
     p.add_argument(
         "--out",
@@ -143,17 +148,20 @@ def _registered_version(client: Any, ref: str, uri: str) -> tuple[str, str]:
     return str(mv.name), str(mv.version)
 
 
-def _resolve(client: Any, ref: str, uri: str, split: str | None = None) -> tuple[Any, str | None]:
+def _resolve(
+    client: Any, ref: str, uri: str, split: str | None = None, registry: str | None = None
+) -> tuple[Any, str | None]:
     """The model run for a run id or a ``models:/`` ref, and a note saying which run a ref
     resolved to. A ref is the version it names (an alias: the version it points to now); its
     run is the latest successful evaluation of that version, on ``split`` (the other side's
-    ``split.sha256``) when there is one. An unknown id or a parent run (a whole evaluation,
-    whose children are the model runs) is a ValueError."""
+    ``split.sha256``) when there is one; ``registry``: where aliases are read (default ``uri``).
+    An unknown id or a parent run (a whole evaluation, whose children are the model runs) is a
+    ValueError."""
     from mlflow.exceptions import MlflowException
 
     try:
         if ref.startswith("models:/"):
-            name, version = _registered_version(client, ref, uri)
+            name, version = _registered_version(client, ref, registry or uri)
             where = (
                 f"tags.`model.info.name` = '{name}' and tags.`model.info.version` = '{version}' "
                 "and tags.status = 'ok'"
@@ -205,7 +213,9 @@ def _resolve(client: Any, ref: str, uri: str, split: str | None = None) -> tuple
     return run, None
 
 
-def _both(client: Any, refs: Sequence[str], uri: str) -> tuple[list[Any], list[str]]:
+def _both(
+    client: Any, refs: Sequence[str], uri: str, registry: str | None = None
+) -> tuple[list[Any], list[str]]:
     """The two model runs (baseline, candidate) and the notes on resolved refs: run ids first,
     then ``models:/`` refs, each preferring an evaluation on the split of a side already found."""
     runs: list[Any] = [None, None]
@@ -213,7 +223,7 @@ def _both(client: Any, refs: Sequence[str], uri: str) -> tuple[list[Any], list[s
     for i in sorted((1, 0), key=lambda i: refs[i].startswith("models:/")):
         other = runs[1 - i]
         split = other.data.tags.get("split.sha256") if other is not None else None
-        runs[i], notes[i] = _resolve(client, refs[i], uri, split)
+        runs[i], notes[i] = _resolve(client, refs[i], uri, split, registry)
     return runs, [n for n in notes if n]
 
 
@@ -552,9 +562,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    client = MlflowClient(args.tracking_uri)
+    client = MlflowClient(args.tracking_uri, args.registry_uri or args.tracking_uri)
     try:
-        runs, resolved = _both(client, (args.baseline, args.candidate), args.tracking_uri)
+        runs, resolved = _both(
+            client, (args.baseline, args.candidate), args.tracking_uri, args.registry_uri
+        )
         hashes = [r.data.tags.get("split.sha256") for r in runs]
         if None in hashes or hashes[0] != hashes[1]:
             raise ValueError(

@@ -4,6 +4,7 @@ run or a binary labels file; the main run's table, verdict and report otherwise;
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -175,3 +176,18 @@ def test_an_alias_is_the_version_it_points_to_now(tmp_path: Path) -> None:
         _both(client, ("models:/reco/7", v2), uri)
     with pytest.raises(ValueError, match=r"^models:/reco: a registered version is models:/NAME"):
         _both(client, ("models:/reco", v2), uri)
+
+    # --registry-uri: aliases read from another registry than the runs' store
+    other = f"sqlite:///{tmp_path / 'registry.db'}"
+    registry = MlflowClient(other)
+    registry.create_registered_model("reco")
+    for _ in range(2):
+        registry.create_model_version("reco", source=str(tmp_path), run_id=None)
+    registry.set_registered_model_alias("reco", "prod", "1")
+    registry.set_registered_model_alias("reco", "next", "2")
+    split_client = MlflowClient(uri, other)
+    runs, _ = _both(split_client, ("models:/reco@prod", "models:/reco@next"), uri, other)
+    assert [r.info.run_id for r in runs] == [v1, v2]
+    at = re.escape(f"models:/reco@champion is not set in the registry at {other} (")
+    with pytest.raises(ValueError, match=f"^{at}"):  # set in the runs' store, not in this one
+        _both(split_client, ("models:/reco@champion", "models:/reco@next"), uri, other)
