@@ -128,7 +128,7 @@ def _registered_version(client: Any, ref: str, uri: str) -> tuple[str, str]:
     resolved in the registry now (where it points today, not where it pointed when evaluated)."""
     from mlflow.exceptions import MlflowException
 
-    from harness.models.mlflow_model import _URI
+    from harness.models.mlflow_model import _URI, registry_error
 
     match = _URI.fullmatch(ref)
     if match is None:
@@ -142,7 +142,7 @@ def _registered_version(client: Any, ref: str, uri: str) -> tuple[str, str]:
     except MlflowException as err:
         if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
             raise ValueError(
-                f"{ref} is not set in the registry at {uri} ({_first_line(err)})"
+                f"{ref} is not set in the registry at {uri} ({registry_error(err)})"
             ) from None
         raise
     return str(mv.name), str(mv.version)
@@ -217,13 +217,23 @@ def _both(
     client: Any, refs: Sequence[str], uri: str, registry: str | None = None
 ) -> tuple[list[Any], list[str]]:
     """The two model runs (baseline, candidate) and the notes on resolved refs: run ids first,
-    then ``models:/`` refs, each preferring an evaluation on the split of a side already found."""
+    then ``models:/`` refs, each preferring an evaluation on the split of a side already found.
+    Two ``models:/`` refs whose latest runs differ in split: the first found is looked up again
+    on the other's split, so the order of the arguments does not decide whether a pair exists."""
+
+    def split_of(run: Any) -> str | None:
+        return run.data.tags.get("split.sha256") if run is not None else None
+
     runs: list[Any] = [None, None]
     notes: list[str | None] = [None, None]
-    for i in sorted((1, 0), key=lambda i: refs[i].startswith("models:/")):
-        other = runs[1 - i]
-        split = other.data.tags.get("split.sha256") if other is not None else None
-        runs[i], notes[i] = _resolve(client, refs[i], uri, split, registry)
+    order = sorted((1, 0), key=lambda i: refs[i].startswith("models:/"))
+    for i in order:
+        runs[i], notes[i] = _resolve(client, refs[i], uri, split_of(runs[1 - i]), registry)
+    first = order[0]
+    if refs[first].startswith("models:/") and split_of(runs[0]) != split_of(runs[1]):
+        runs[first], notes[first] = _resolve(
+            client, refs[first], uri, split_of(runs[1 - first]), registry
+        )
     return runs, [n for n in notes if n]
 
 

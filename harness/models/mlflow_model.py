@@ -43,6 +43,13 @@ _URI = re.compile(r"models:/(?P<name>[^@]+?)(?:/(?P<version>\d+)|@(?P<alias>[\w\
 _OUTPUT = ("user", "item", "score")
 
 
+def registry_error(err: Any) -> str:
+    """An MLflow registry error's first line without the error code a REST store puts first
+    (``Registered model alias x not found``, the same from sqlite and from a server)."""
+    first = str(getattr(err, "message", err)).splitlines()[0]
+    return re.sub(r"^[A-Z_]+: ", "", first).rstrip(".")
+
+
 class MLflowModel:
     """Recommend with the registered pyfunc at ``uri`` (``models:/NAME/VERSION`` or
     ``models:/NAME@ALIAS``) of the registry at ``tracking_uri`` (``None``: MLflow's default).
@@ -103,8 +110,7 @@ class MLflowModel:
             if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                 raise
             where = registry or f"{mlflow.get_registry_uri()} (MLflow's default: no tracking_uri)"
-            first = str(err.message).splitlines()[0]  # over REST it starts with the error code
-            message = re.sub(r"^[A-Z_]+: ", "", first).rstrip(".")
+            message = registry_error(err)
             raise ValueError(f"{self.uri}: {message} in the registry at {where}") from None
         self.info_: dict[str, Any] = {
             "model_uri": self.uri,

@@ -155,6 +155,8 @@ def test_an_alias_is_the_version_it_points_to_now(tmp_path: Path) -> None:
 
     assert ids("models:/reco@champion", "models:/reco@challenger") == [v1, v2]
     assert ids("models:/reco/1", "models:/reco/2") == [v1, v2]
+    # reversed: v1's latest run is on split T, where v2 has none: v1 is taken on v2's split
+    assert ids("models:/reco/2", "models:/reco/1") == [v2, v1]
     assert ids("models:/reco/1", v2) == [v1, v2]  # a run id on one side: its split
     runs, notes = _both(client, ("models:/reco@champion", "models:/reco/2"), uri)
     assert notes[0].startswith(
