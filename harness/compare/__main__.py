@@ -148,6 +148,32 @@ def _registered_version(client: Any, ref: str, uri: str) -> tuple[str, str]:
     return str(mv.name), str(mv.version)
 
 
+def _not_evaluated(client: Any, ref: str, name: str, version: str, uri: str, at: str) -> str:
+    """Why no run of ``ref`` was found: the registry (at ``at``) has no such model or version,
+    or the version exists and no successful evaluation of it was logged at ``uri``."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_model_version(name, version)
+    except MlflowException as err:
+        if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise
+        try:
+            versions = client.search_model_versions(f"name = '{name}'")
+        except MlflowException:
+            versions = []
+        if not versions:
+            return f"{ref}: no registered model {name!r} in the registry at {at}"
+        numbers = sorted(int(v.version) for v in versions)
+        known = (
+            ", ".join(map(str, numbers))
+            if len(numbers) <= 10
+            else f"{len(numbers)} versions, latest {numbers[-1]}"
+        )
+        return f"{ref}: {name} has no version {version} in the registry at {at} (it has {known})"
+    return f"no evaluation of {name} version {version} ({ref}) was logged at {uri}"
+
+
 def _resolve(
     client: Any, ref: str, uri: str, split: str | None = None, registry: str | None = None
 ) -> tuple[Any, str | None]:
@@ -178,9 +204,7 @@ def _resolve(
                 if found:
                     break
             if not found:
-                raise ValueError(
-                    f"no evaluation of {name} version {version} ({ref}) was logged at {uri}"
-                )
+                raise ValueError(_not_evaluated(client, ref, name, version, uri, registry or uri))
             run = found[0]
             when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(run.info.start_time / 1000))
             return run, (

@@ -174,8 +174,13 @@ def test_an_alias_is_the_version_it_points_to_now(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match=r"^models:/reco@nope is not set in the registry at "):
         _both(client, ("models:/reco@nope", v2), uri)
-    with pytest.raises(ValueError, match=r"^no evaluation of reco version 7 \(models:/reco/7\)"):
+    with pytest.raises(ValueError, match=r"^models:/reco/7: reco has no version 7 in the regis"):
         _both(client, ("models:/reco/7", v2), uri)
+    with pytest.raises(ValueError, match=r"^models:/nosuch/1: no registered model 'nosuch' in "):
+        _both(client, ("models:/nosuch/1", v2), uri)
+    client.create_model_version("reco", source=str(tmp_path), run_id=None)  # never evaluated
+    with pytest.raises(ValueError, match=r"^no evaluation of reco version 3 \(models:/reco/3\)"):
+        _both(client, ("models:/reco/3", v2), uri)
     with pytest.raises(ValueError, match=r"^models:/reco: a registered version is models:/NAME"):
         _both(client, ("models:/reco", v2), uri)
 

@@ -338,8 +338,8 @@ def test_compare_cli_accepts_a_registered_model_version_evaluated_earlier(tmp_pa
     missing = CLI.run(tmp_path, pop.info.run_id, "models:/demo/7", module="harness.compare")
     assert missing.returncode == 2
     assert missing.stderr == (
-        "error: no evaluation of demo version 7 (models:/demo/7) was logged at "
-        "sqlite:///runs/mlflow.db\n"
+        "error: models:/demo/7: demo has no version 7 in the registry at "
+        "sqlite:///runs/mlflow.db (it has 1)\n"
     )
     alias = CLI.run(tmp_path, pop.info.run_id, "models:/demo@champion", module="harness.compare")
     assert alias.returncode == 0, alias.stderr[-2000:]  # the example sets @champion on version 1
