@@ -349,13 +349,15 @@ class Tracker:
         metrics: Mapping[str, float] | None = None,
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, Any] | None = None,
+        step: int = 0,
     ) -> None:
-        """Log metrics (keys made MLflow-safe; NaN skipped), params and tags in batches."""
+        """Log metrics (keys made MLflow-safe; NaN skipped; at ``step``), params and tags in
+        batches."""
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
         ms = [
-            Metric(metric_key(k), float(v), now, 0)
+            Metric(metric_key(k), float(v), now, step)
             for k, v in (metrics or {}).items()
             if v is not None and v == v
         ]

@@ -183,6 +183,8 @@ def task(cfg: DictConfig) -> float:
             parent=str(job["parent_run"]),
         )
         tracker.log(run_id, params=params)
+        if trial is not None:  # the tuning parent's best.run and the report link to it
+            trial.set_user_attr("mlflow_run", run_id)
     status = "FAILED"
     try:
         dataset, split = _data(cfg)

@@ -41,7 +41,7 @@ import re
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -227,22 +227,36 @@ class TuneOutcome:
     storage: str
     best_params: dict[str, Any] = field(default_factory=dict)
     best_value: float | None = None
+    best_trial: int | None = None  # the Optuna trial number of the best parameters
+    best_run: str | None = None  # that trial's MLflow run (immutable: its params and value)
     trials: pd.DataFrame = field(default_factory=pd.DataFrame)
     parent_run: str | None = None
     error: str | None = None
     stopped: str | None = None  # the sweep was cut off before its budget: rerun to resume
     note: str | None = None  # the study holds more trials than the budget: only the first used
 
+    def within_budget(self) -> pd.DataFrame:
+        """The trials of this invocation's budget: not those an earlier, larger budget added
+        after the first ``tune.trials`` (they did not take part in the choice)."""
+        frame = self.trials
+        if not len(frame) or "used" not in frame:
+            return frame
+        return frame[~(frame["counts"].astype(bool) & ~frame["used"].astype(bool))]
+
     def summary(self) -> dict[str, Any]:
-        """Plain values for the final run's ``tune.result.<model>`` config node."""
-        states = self.trials["state"] if len(self.trials) else pd.Series(dtype=object)
-        if len(self.trials) and "interrupted" in self.trials:  # cut short: run again, not failed
-            states = states.where(~self.trials["interrupted"].astype(bool), "INTERRUPTED")
+        """Plain values for the final run's ``tune.result.<model>`` config node (trials
+        within the budget)."""
+        trials = self.within_budget()
+        states = trials["state"] if len(trials) else pd.Series(dtype=object)
+        if len(trials) and "interrupted" in trials:  # cut short: run again, not failed
+            states = states.where(~trials["interrupted"].astype(bool), "INTERRUPTED")
         return {
             "study": self.study,
             "storage": self.storage,
             "best_params": dict(self.best_params),
             "best_value": self.best_value,
+            "best_trial": self.best_trial,
+            "best_run": self.best_run,
             "trials_complete": int((states == "COMPLETE").sum()),
             "trials_failed": int((states == "FAIL").sum()),
             "trials_interrupted": int((states == "INTERRUPTED").sum()),
@@ -600,21 +614,48 @@ def _end_killed_trial_runs(tracker: Any, sweep: _Sweep, study: Any, numbers: lis
         tracker.finish(run_id, "KILLED")
 
 
-def _close_parent(tracker: Any, spec: TuneSpec, parent: str, outcome: TuneOutcome) -> None:
-    """Best parameters, value and trial counts on the parent run, then finish it."""
-    summary = outcome.summary()
+def _best(trials: Sequence[Any], numbers: set[int], maximize: bool) -> Any:
+    """The best complete trial among ``numbers`` (as Optuna's ``best_trial``: the first of equal
+    values), or None."""
+    complete = sorted(
+        (t for t in trials if t.state.name == "COMPLETE" and t.number in numbers),
+        key=lambda t: t.number,
+    )
+    if not complete:
+        return None
+    return (max if maximize else min)(complete, key=lambda t: t.value)
+
+
+def _close_parent(
+    tracker: Any, spec: TuneSpec, parent: str, outcome: TuneOutcome, best: Any
+) -> None:
+    """The study's record on its parent run, then finish it: the parent is the whole study,
+    which later invocations resume and may grow, so ``best``, its tags and the best value
+    (logged at step = trials counted, a history of the study's growth) are over every trial
+    of the study, and ``best.run`` is that trial's own run. Which trial one invocation's budget
+    chose is in its final run's tuning record; ``budget.*``: the latest invocation's."""
+    frame = outcome.trials
+    counted = frame[frame["counts"].astype(bool)] if len(frame) else frame
+    prefix = f"model.{outcome.model}."
+    tags = {
+        "budget.trials": str(spec.trials),  # tags, not params: they change with the invocation
+        "budget.timeout": str(spec.timeout),
+    }
+    if best is not None:
+        tags |= {f"best.{k.removeprefix(prefix)}": v for k, v in best.params.items()}
+        tags["best.trial"] = best.number
+        if "mlflow_run" in best.user_attrs:
+            tags["best.run"] = best.user_attrs["mlflow_run"]
     tracker.log(
         parent,
         metrics={
-            f"best.valid.{spec.objective}": outcome.best_value,
-            "trials_complete": summary["trials_complete"],
-            "trials_failed": summary["trials_failed"],
+            "trials_complete": int((counted["state"] == "COMPLETE").sum()) if len(frame) else 0,
+            "trials_failed": int((counted["state"] != "COMPLETE").sum()) if len(frame) else 0,
         },
-        tags={f"best.{k}": v for k, v in outcome.best_params.items()}
-        # tags, not params: a later invocation may raise the budget (params cannot change)
-        | {"budget.trials": str(spec.trials), "budget.timeout": str(spec.timeout)}
-        | ({"error": outcome.error} if outcome.error else {}),
+        tags=tags | ({"error": outcome.error} if outcome.error else {}),
     )
+    if best is not None:
+        tracker.log(parent, metrics={f"best.valid.{spec.objective}": best.value}, step=len(counted))
     status = "KILLED" if outcome.stopped else "FINISHED" if outcome.error is None else "FAILED"
     tracker.finish(parent, status)
 
@@ -686,24 +727,22 @@ def tune_one(
                 f"its first {len(used)} (tune.trials={spec.trials}) is used, so every model has "
                 "the same budget"
             )
-        complete = [
-            t
-            for t in study.get_trials(deepcopy=False)
-            if t.state.name == "COMPLETE" and t.number in used
-        ]
-        if complete:  # as Optuna's best_trial, over the used trials: the first best value
-            pick = max if spec.maximize else min
-            best = pick(sorted(complete, key=lambda t: t.number), key=lambda t: t.value)
+        trials = study.get_trials(deepcopy=False)
+        best = _best(trials, used, spec.maximize)
+        if best is not None:
             prefix = f"model.{sweep.name}."
             outcome.best_params = {k.removeprefix(prefix): v for k, v in best.params.items()}
             outcome.best_value = float(best.value)
+            outcome.best_trial = best.number
+            outcome.best_run = best.user_attrs.get("mlflow_run")
         else:
             errors = [e for e in outcome.trials.get("error", pd.Series()).dropna()]
             outcome.error = f"no trial of {sweep.name} completed" + (
                 f" (last error: {errors[-1]})" if errors else f" ({stopped})" if stopped else ""
             )
         if tracker is not None and parent is not None:
-            _close_parent(tracker, spec, parent, outcome)
+            every = set(frame.loc[frame["counts"], "number"]) if len(frame) else set()
+            _close_parent(tracker, spec, parent, outcome, _best(trials, every, spec.maximize))
     return outcome
 
 
@@ -898,7 +937,7 @@ def tuning_record(
     value and the chosen parameters."""
     models = {}
     for name, outcome in outcomes.items():
-        frame = outcome.trials
+        frame = outcome.within_budget()
         trials = []
         for row in frame.to_dict("records") if len(frame) else []:
             params = {
@@ -925,6 +964,8 @@ def tuning_record(
             "note": outcome.note,
             "best_value": _num(outcome.best_value),
             "best_params": dict(outcome.best_params),
+            "best_trial": outcome.best_trial,
+            "best_run": outcome.best_run,
             "error": outcome.error,
             "mlflow_run": outcome.parent_run,
         }

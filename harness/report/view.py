@@ -654,6 +654,14 @@ def fmt_param(value: Any) -> str:
     return str(value)
 
 
+def _best_cell(model: Mapping[str, Any]) -> str:
+    """The best validation value and the trial it came from (its MLflow run is ``best_run``)."""
+    if model.get("best_value") is None:
+        return "-"
+    trial = model.get("best_trial")
+    return fmt_value(model["best_value"]) + (f" (trial {trial})" if trial is not None else "")
+
+
 def _tuning_view(tuning: Mapping[str, Any], plot: _Plotter) -> TuningView | None:
     models = tuning.get("models") or {}
     if not isinstance(models, Mapping) or not models:
@@ -672,7 +680,7 @@ def _tuning_view(tuning: Mapping[str, Any], plot: _Plotter) -> TuningView | None
                 Cell(str(m.get("trials_complete", 0))),
                 Cell(str(m.get("trials_failed", 0))),
                 Cell(str(m.get("trials_interrupted", 0))),
-                Cell(fmt_value(m.get("best_value")) if m.get("best_value") is not None else "-"),
+                Cell(_best_cell(m)),
                 Cell(chosen or "(configured parameters: no trial completed)"),
             ]
         )

@@ -40,12 +40,14 @@ from harness.tune import (
     EXIT_INTERRUPTED,
     EXIT_TUNING_FAILED,
     Dimension,
+    TuneOutcome,
     TuneSpec,
     parse_dimension,
     search_space_of,
     spec_of,
     sweeper_params,
     tune,
+    tuning_record,
     validation_view,
 )
 
@@ -343,6 +345,9 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(
         assert final_cfg.model.item_knn[k] == v
     assert final_cfg.tune.result.item_knn.best_value == pytest.approx(best.value)
     assert final_cfg.tune.result.item_knn.mlflow_run == parent.info.run_id
+    # the chosen trial's own run: an immutable record of the parameters and validation value
+    assert final_cfg.tune.result.item_knn.best_trial == best.number
+    assert final_cfg.tune.result.item_knn.best_run == by_number[best.number].info.run_id
     stats = pd.read_json(folder / "split_stats.json", typ="series")
     # training = every event before the test cut: train + validation (also validation events of
     # users the tuning train did not have, which the validation split dropped)
@@ -371,6 +376,17 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(
     first = max(study.trials[: best.number], key=lambda t: t.value)
     budget = client.get_run(parent.info.run_id).data.tags["budget.trials"]
     assert budget == str(best.number)  # the parent run says the budget of its latest invocation
+    # ... and stays the study's record: its best is over every trial, not the smaller budget's
+    tags = client.get_run(parent.info.run_id).data.tags
+    assert {k: v for k, v in tags.items() if k.startswith("best.")} == {
+        **{f"best.{k}": str(v) for k, v in chosen.items()},
+        "best.trial": str(best.number),
+        "best.run": by_number[best.number].info.run_id,
+    }
+    assert first.params != best.params  # (seeded: so a tag overwritten by the budget shows)
+    history = client.get_metric_history(parent.info.run_id, "best.valid.ndcg_at_10")
+    assert {m.step for m in history} == {3}  # logged at the trials the study counted
+    assert all(m.value == pytest.approx(best.value) for m in history)
     assert f"best validation ndcg@10 {first.value:.4f} with " in out
     assert (
         f"note: the study of item_knn holds 3 trials from earlier runs; the best of its first "
@@ -572,3 +588,26 @@ def test_every_interrupted_trial_ends_with_a_killed_run(tmp_path: Path) -> None:
     assert started_late.data.params == {"k": str(study.trials[1].params["model.knn.k"])}
     assert started_late.data.tags["mlflow.parentRunId"] == parent
     assert started_late.data.tags["harness.kind"] == "tuning-trial"
+
+
+def test_trials_beyond_the_budget_are_not_this_runs_record() -> None:
+    """A study grown by an earlier budget of 4, tuned again with tune.trials=2: the counts, the
+    final run's record and its report count the first two trials and the one interrupted trial
+    the sweep will run again, not trials 2 and 3 (which took no part in the choice)."""
+    frame = pd.DataFrame(
+        {
+            "number": [0, 1, 2, 3, 4],
+            "state": ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE", "FAIL"],
+            "value": [0.1, None, 0.3, 0.2, None],
+            "interrupted": [False, False, False, False, True],
+            "counts": [True, True, True, True, False],
+            "used": [True, True, False, False, False],
+        }
+    )
+    outcome = TuneOutcome("m", "s", "db", {"k": 1}, 0.1, 0, None, frame)
+    summary = outcome.summary()
+    assert (summary["trials_complete"], summary["trials_failed"]) == (1, 1)
+    assert (summary["trials_interrupted"], summary["trials_used"]) == (1, 2)
+    record = tuning_record({"m": outcome}, TuneSpec(trials=2), "global_time")["models"]["m"]
+    assert [t["number"] for t in record["trials"]] == [0, 1, 4]
+    assert (record["best_trial"], record["best_value"]) == (0, 0.1)

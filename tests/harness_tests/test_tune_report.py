@@ -69,7 +69,7 @@ def test_markdown_has_the_tuning_section(tuned: dict) -> None:
     chosen = ", ".join(f"{k}={param_text(v)}" for k, v in params_of(study.best_trial).items())
     row = (
         f"| item_knn | {len(study.trials)} | {len(complete)} | {len(failed)} | 0 | "
-        f"{study.best_value:.4f} | {chosen} |"
+        f"{study.best_value:.4f} (trial {study.best_trial.number}) | {chosen} |"
     )
     assert row in section, section
     assert len(study.trials) == 3
@@ -87,7 +87,8 @@ def test_html_has_the_tuning_section(tuned: dict) -> None:
     cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", section, re.S)]
     cells = [re.sub(r"<[^>]+>", "", c).strip() for c in cells]
     chosen = ", ".join(f"{k}={param_text(v)}" for k, v in params_of(study.best_trial).items())
-    assert cells == ["item_knn", "3", "3", "0", "0", f"{study.best_value:.4f}", chosen]
+    best = f"{study.best_value:.4f} (trial {study.best_trial.number})"
+    assert cells == ["item_knn", "3", "3", "0", "0", best, chosen]
     assert "no other trial has a test result" in section
     assert re.search(r'<img[^>]+src="data:image/png;base64,', section)
 
@@ -101,6 +102,7 @@ def test_tuning_json_matches_the_study(tuned: dict) -> None:
         (t.number, t.state.name, t.value, params_of(t)) for t in study.trials
     ]
     assert model["best_params"] == params_of(study.best_trial)
+    assert model["best_trial"] == study.best_trial.number
     assert "popularity" not in data["models"]  # no search space: not tuned
 
 
