@@ -319,14 +319,31 @@ def _description(record: Mapping[str, Any], moved: str) -> str:
     return "\n".join(lines)
 
 
+def alias_version(client: Any, name: str, alias: str) -> str | None:
+    """The version ``models:/name@alias`` points to, as text (a sqlite store gives an int, a
+    server a string), or None when it is not set."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client.get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return None
+
+
 def format_promotion(plan: Promotion, alias: str, before: str | None) -> str:
     """The terminal line of one promotion or refusal."""
     target = f"models:/{plan.name}@{alias}"
     if plan.action == "promote":
-        was = f" (was version {before})" if before and before != plan.version else ""
-        if before == plan.version:
-            was = " (it already was)"
+        was = (
+            " (it already was)"
+            if before == plan.version
+            else f" (was version {before})"
+            if before
+            else ""
+        )
         return f"promotion: {target} -> version {plan.version}{was}: {plan.reason}"
+    if before == plan.version:  # refused, and the alias was already on this version
+        return f"promotion REFUSED: {target} stays on version {before} (as it was): {plan.reason}"
     held = f"stays on version {before}" if before else "is not set"
     return f"promotion REFUSED: {target} {held}, not moved to version {plan.version}: {plan.reason}"
 
@@ -395,15 +412,11 @@ def promote_run(
     date = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     try:
         from mlflow import MlflowClient
-        from mlflow.exceptions import MlflowException
 
         client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
         done: list[str] = []
         for plan in plans:
-            try:
-                before = client.get_model_version_by_alias(plan.name, alias).version
-            except MlflowException:
-                before = None
+            before = alias_version(client, plan.name, alias)
             if plan.action == "promote":
                 client.set_registered_model_alias(plan.name, alias, plan.version)
             pair = by_candidate[plan.candidate]

@@ -23,7 +23,7 @@ from support import HarnessCli, MlflowServer
 
 from harness.gate import GateDecision, RuleResult
 from harness.history import format_history, history_frame
-from harness.promote import plan_promotions
+from harness.promote import Promotion, alias_version, format_promotion, plan_promotions
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = {"n_users": 500, "n_items": 250, "n_events": 12000, "seed": 0}
@@ -59,6 +59,36 @@ def test_plan_promotes_go_only_and_never_two_versions_at_once() -> None:
     plans = plan_promotions(both, {"a": ("reco", "5"), "b": ("reco", "6")}, "champion")
     assert [p.action for p in plans] == ["refuse", "refuse"]
     assert "b (another version of reco) is GO too" in plans[0].reason
+
+
+def test_the_promotion_line_says_where_the_alias_was(tmp_path: Path) -> None:
+    """The alias's version read from a real sqlite registry (an int there, text from a server)
+    compares with the candidate's: already there reads so, not 'version 2 (was version 2)'."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'r.db'}")
+    client.create_registered_model("reco")
+    for _ in range(2):
+        client.create_model_version("reco", source=str(tmp_path))
+    client.set_registered_model_alias("reco", "champion", "2")
+    before = alias_version(client, "reco", "champion")
+    assert before == "2" and alias_version(client, "reco", "nope") is None
+    go = Promotion("v2", "reco", "2", "GO", "promote", "GO against base")
+    no = Promotion("v2", "reco", "2", "GO", "refuse", "GO, but v3 is GO too")
+    assert format_promotion(go, "champion", before) == (
+        "promotion: models:/reco@champion -> version 2 (it already was): GO against base"
+    )
+    assert format_promotion(go, "champion", "1") == (
+        "promotion: models:/reco@champion -> version 2 (was version 1): GO against base"
+    )
+    assert format_promotion(no, "champion", before) == (
+        "promotion REFUSED: models:/reco@champion stays on version 2 (as it was): GO, but v3 is "
+        "GO too"
+    )
+    assert format_promotion(no, "champion", None) == (
+        "promotion REFUSED: models:/reco@champion is not set, not moved to version 2: GO, but v3 "
+        "is GO too"
+    )
 
 
 def test_the_headline_says_when_its_metric_is_better_lower() -> None:
