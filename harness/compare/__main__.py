@@ -701,7 +701,7 @@ def format_comparison(
 ) -> str:
     """The terminal output, as the main run's: the model × metric table, the comparison per
     metric (all users; lift in percent, "-" where there is no value), the candidate's head
-    and gate lines (:func:`harness.cli.format_verdicts`), notes and the verdict line."""
+    and gate lines and notes (:func:`harness.cli.format_verdicts`) and the verdict line."""
     from harness.cli import format_verdicts
 
     lines = [
@@ -712,8 +712,7 @@ def format_comparison(
         "",
         format_verdicts([pair], decisions, overall),
     ]
-    lines += [f"note: {note}" for note in pair.notes]
-    lines.append(verdict)
+    lines.append(verdict)  # the pair's notes are under its block, in format_verdicts
     return "\n".join(lines)
 
 
