@@ -828,13 +828,13 @@ def tune(cfg: DictConfig) -> int:
         space = search_space_of(name, node, _parameters(model_class(name, node["_target_"])))
         if space:
             spaces[name] = space
-        else:
-            print(f"note: {name} has no search_space: used with its configured parameters")
     if not spaces:
         raise ValueError(
             "no selected model has a search_space to tune (see README, 'Tuning'); "
             "e.g. model=[popularity,item_knn]"
         )
+    for name in [n for n in nodes if n not in spaces]:
+        print(f"note: {name} has no search_space: used with its configured parameters")
     _optuna()
     runs_dir = Path(cfg.runs_dir)
     split_params = _plain_dict(cfg.split, "split")
@@ -901,7 +901,8 @@ def tune(cfg: DictConfig) -> int:
         return EXIT_INTERRUPTED
     failed = [o.model for o in outcomes.values() if o.error]
     if failed:
-        then = "the test run uses their configured parameters" if spec.refit else "not refitted"
+        its = "its" if len(failed) == 1 else "their"
+        then = f"the test run uses {its} configured parameters" if spec.refit else "not refitted"
         print(f"WARNING: tuning failed for {', '.join(failed)}: {then}", file=sys.stderr)
     if not spec.refit:
         return EXIT_TUNING_FAILED if failed else 0

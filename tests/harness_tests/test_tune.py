@@ -198,6 +198,15 @@ def test_no_budget_is_an_error(tmp_path: Path) -> None:
         spec_of(cfg_of(tmp_path, "tune.trials=null", "tune.timeout=null"))
 
 
+def test_nothing_to_tune_is_the_error_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No selected model has a search space: one error, no note before it."""
+    with pytest.raises(ValueError, match=r"^no selected model has a search_space to tune"):
+        tune(cfg_of(tmp_path, "model=[popularity]", "split.valid_cut=0.6", "tracking=none"))
+    assert capsys.readouterr().out == ""
+
+
 def test_direction_comes_from_the_metric() -> None:
     assert TuneSpec(objective="ndcg@10").maximize
     assert not TuneSpec(objective="rmse").maximize
