@@ -1,16 +1,17 @@
 """``python -m harness.tune``: tune every selected model on validation, then test the best once.
 
-For each selected model with a ``search_space`` (see :func:`parse_dimension` for the grammar), one
-sweep of Hydra's Optuna sweeper (``hydra-optuna-sweeper`` 1.3.0) runs in a subprocess,
-``python -m harness.trial -m``, on a config written next to the study: the composed experiment,
-the search space as ``hydra.sweeper.params`` (:func:`sweeper_params`) and the study's storage,
-name, direction, trial count and seed. Each trial (a Hydra job, :func:`harness.trial.task`) fits
-on the split's **train** part and is scored on its **validation** part only (the test part is
-never read). The objective is a metric of the suite (``tune.objective``), maximized or minimized
-as the metric's ``higher_is_better`` says; the budget is ``tune.trials`` and/or ``tune.timeout``
-seconds per model, the same for every model. Every trial is an MLflow run nested under the
-model's tuning parent run (experiment ``<name>-tuning``), with its parameters and validation
-metrics; the parent holds the validation curve (step = trial number).
+For each selected model with a ``search_space`` (``int(low, high[, log])``,
+``float(low, high[, log])`` or ``choice(a, b, ...)`` per parameter), one sweep of Hydra's Optuna
+sweeper (``hydra-optuna-sweeper`` 1.3.0) runs in a subprocess, ``python -m harness.trial -m``,
+on a config written next to the study: the composed experiment, the search space as
+``hydra.sweeper.params`` and the study's storage, name, direction, trial count and seed. Each
+trial (a Hydra job) fits on the split's *train* part and is scored on its *validation* part only
+(the test part is never read). The objective is a metric of the suite (``tune.objective``),
+maximized or minimized as the metric's ``higher_is_better`` says; the budget is ``tune.trials``
+and/or ``tune.timeout`` seconds per model, the same for every model. Every trial is an MLflow
+run nested under the model's tuning parent run (experiment ``<name>-tuning``), with its
+parameters and validation metrics; the parent holds the validation curve (step = trial number)
+and the study's best trial.
 
 Studies live in sqlite under ``tune.storage`` (one file per model, split, data and search space),
 so rerunning an interrupted command resumes it: before a sweep starts, the finished trials are
@@ -19,13 +20,12 @@ left running is marked failed (``interrupted``) and queued again with the same p
 
 Then (``tune.refit=true``) the best parameters are written into the model configs, the split is
 made again without validation (so training = train + validation) and the normal experiment runs
-once (:func:`harness.cli.run`): that run is the one compared, gated, reported and logged, with
-the tuning results under its ``tune.result`` parameters.
+once: that run is the one compared, gated, reported and logged, with the tuning results under
+its ``tune.result`` parameters.
 
-Exit codes: 0; 1 (:data:`EXIT_TUNING_FAILED`) when every trial of some model failed (its line
-says the last error; the test run, if any, uses its configured parameters); 2 for bad input;
-130 (:data:`EXIT_INTERRUPTED`) when interrupted or a sweep stopped before its budget (rerun the
-same command to resume).
+Exit codes: 0; 1 when every trial of some model failed (its line says the last error; the test
+run, if any, uses its configured parameters); 2 for bad input; 130 when interrupted or a sweep
+stopped before its budget (rerun the same command to resume).
 """
 
 from __future__ import annotations

@@ -223,6 +223,7 @@ def test_the_tuning_command_has_its_own_help_and_promote_says_it_is_no_command()
     done = run(sys.executable, "-m", "harness.tune", "--help")
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout.startswith("usage: python -m harness.tune ")
+    assert not re.search(r"\*\*|``|:func:|parse_dimension", done.stdout)  # for users, no markup
     keys = done.stdout.split("== tune/ keys (tune.KEY=VALUE), with their defaults ==\n")[1]
     tune_yaml = yaml.safe_load((CONFIG_DIR / "tune" / "default.yaml").read_text())
     listed = [line.split(":")[0] for line in keys.splitlines() if re.match(r"^\w+:", line)]
