@@ -202,7 +202,6 @@ def format_sizing(frame: pd.DataFrame, spec: CompareSpec) -> str:
 
 
 def sizing_notes(frame: pd.DataFrame, spec: CompareSpec) -> list[str]:
-    """The same sentences as report notes (heading first); none when nothing is sized."""
-    if frame.empty:
-        return []
-    return [_heading(spec) + ":", *_lines(frame, spec)]
+    """The same sentences as report notes, one per candidate, each with the heading's
+    assumptions (a note stands alone in the report's list); none when nothing is sized."""
+    return [f"{_heading(spec)}: {line}" for line in _lines(frame, spec)]

@@ -139,7 +139,8 @@ def test_sizing_rows_size_go_and_inconclusive_pairs_only() -> None:
     head = f"better vs base (GO): ndcg@10 lift {lift:+.2%}: {users:,} users per arm, {days} day"
     assert lines[1].strip().startswith(head)
     assert lines[2].strip().endswith("not detectable")
-    assert sizing_notes(frame, spec)[1:] == [line.strip() for line in lines[1:]]
+    heading = lines[0].strip()
+    assert sizing_notes(frame, spec) == [f"{heading}: {line.strip()}" for line in lines[1:]]
 
     # no gate: every pair is sized; no traffic configured: no days
     plain = CompareSpec(n_resamples=300, seed=3)
@@ -226,7 +227,8 @@ def test_main_run_prints_the_sizing_of_its_go_candidate(tmp_path: Path) -> None:
     assert "online A/B test sizing (estimate; two-sided α=0.05, power 0.9" in proc.stdout
     assert line in proc.stdout
     report = (folder / "report.md").read_text()
-    assert "online A/B test sizing" in report and line in report
+    (note,) = [x for x in report.splitlines() if "online A/B test sizing" in x]
+    assert note.startswith("- online A/B test sizing (estimate;") and line in note  # one bullet
 
 
 def test_a_sanity_baseline_gets_no_sizing_even_with_the_gate_off(tmp_path: Path) -> None:
