@@ -413,6 +413,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         if cfg.tracking.get("enabled", True) and cfg.tracking.get("uri")
         else None,
         {n: m for n, m in models.items() if n != cspec.baseline and n not in gspec.sanity},
+        (cspec.baseline, models[cspec.baseline]) if cspec.baseline in models else None,
     )
     resume_spec = str(cfg.resume) if cfg.get("resume") else None
     check_folder(resume_spec)  # a folder that cannot be resumed: exit 2 before the data is read

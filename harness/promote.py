@@ -24,7 +24,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,7 @@ class Promotion:
     reason: str
 
 
-def check_alias(alias: object) -> str | None:
+def check_alias(alias: object, key: str = "gate.promote") -> str | None:
     """``gate.promote`` as a valid registry alias (None: off); a one-line ValueError otherwise,
     before any model runs (MLflow's rule: letters, digits, ``_`` and ``-``; ``latest`` and
     ``vN`` are reserved)."""
@@ -77,20 +77,25 @@ def check_alias(alias: object) -> str | None:
         or re.fullmatch(r"[vV]\d+", text)
     ):
         raise ValueError(
-            "'gate.promote' must be a registry alias such as champion (letters, digits, _ and -; "
+            f"'{key}' must be a registry alias such as champion (letters, digits, _ and -; "
             f"not 'latest' or vN) (got {alias!r})"
         )
     return text
 
 
 def check_promotion(
-    alias: str | None, tracking_uri: str | None, candidates: Mapping[str, Any]
+    alias: str | None,
+    tracking_uri: str | None,
+    candidates: Mapping[str, Any],
+    baseline: tuple[str, Any] | None = None,
 ) -> None:
     """Before any model runs, a ``gate.promote`` that could not act is a one-line ValueError:
     no tracking store (its registry holds the alias), no gated candidate from the registry, a
-    candidate read from another registry, or an alias not set on the candidate's model (a typo
-    would otherwise create a new alias on GO). ``candidates``: gated candidate → model. A
-    registry that cannot be read now is left to the promotion step, which reports it (exit 3)."""
+    candidate read from another registry, an alias not set on the candidate's model (a typo
+    would otherwise create a new alias on GO), a baseline that is not the version the alias
+    points to (a GO against anything else says nothing about replacing it), or a candidate
+    that is that version. ``candidates``: gated candidate → model; ``baseline``: its name and
+    model. A registry that cannot be read now is left to the promotion step (exit 3)."""
     if not alias:
         return
     if not tracking_uri:
@@ -133,6 +138,52 @@ def check_promotion(
             ) from None
         except Exception:  # the registry cannot be read now (a server down): decided later
             continue
+        _check_against_alias(client, alias, name, model, baseline)
+
+
+def _check_against_alias(
+    client: Any, alias: str, name: str, model: Any, baseline: tuple[str, Any] | None
+) -> None:
+    """The gate of a promotion compares the candidate with the version the alias points to
+    now, and the candidate is another version (see :func:`check_promotion`)."""
+    from harness.models.mlflow_model import MLflowModel
+
+    reg = model.registered_name
+    if baseline is None:  # the baseline could not be built: there is no gate decision
+        return
+    base_name, base = baseline
+    try:
+        current = alias_version(client, reg, alias)
+        if current is None:
+            return
+        target = f"models:/{reg}@{alias}"
+        if not isinstance(base, MLflowModel) or base.registered_name != reg:
+            raise ValueError(
+                f"gate.promote={alias}: the baseline {base_name} is not a version of {reg}, but "
+                f"a promotion replaces {target} (version {current}): compare against it, e.g. "
+                f"+model.{alias}._target_=harness.models.MLflowModel +model.{alias}.uri="
+                f"{target} compare.baseline={alias}"
+            )
+        base_version = str(base.model_version(client).version)
+        version = str(model.model_version(client).version)
+    except ValueError as err:
+        if str(err).startswith("gate.promote"):
+            raise
+        return  # a ref the registry lacks: that model's own fit says so
+    except Exception:  # the registry cannot be read now: the promotion step reports it
+        return
+    if base_version != current:
+        raise ValueError(
+            f"gate.promote={alias}: the baseline {base_name} ({base.uri}) is {reg} version "
+            f"{base_version}, but {target} is version {current}, the one a promotion replaces: "
+            f"compare against {target}"
+        )
+    if version == current:
+        raise ValueError(
+            f"gate.promote={alias}: candidate {name} ({model.uri}) is {reg} version {version}, "
+            f"which {target} already points to: nothing to promote (it would be compared with "
+            "itself)"
+        )
 
 
 def _failing_rules(decision: Any) -> list[str]:
@@ -417,11 +468,19 @@ def promote_run(
         done: list[str] = []
         for plan in plans:
             before = alias_version(client, plan.name, alias)
-            if plan.action == "promote":
-                client.set_registered_model_alias(plan.name, alias, plan.version)
             pair = by_candidate[plan.candidate]
             base = result.outcomes.get(pair.baseline)
             base_info = (base.info or {}) if base is not None else {}
+            compared = str(base_info.get("info.version"))
+            if plan.action == "promote" and compared != before:  # the alias moved meanwhile
+                plan = replace(
+                    plan,
+                    action="refuse",
+                    reason=f"GO against {pair.baseline} (version {compared}), but @{alias} is "
+                    f"version {before} now: evaluate against models:/{plan.name}@{alias} again",
+                )
+            if plan.action == "promote":
+                client.set_registered_model_alias(plan.name, alias, plan.version)
             base_uri = (
                 f"models:/{base_info['info.name']}/{base_info['info.version']}"
                 if base_info.get("info.name") is not None

@@ -93,25 +93,32 @@ class MLflowModel:
         """The registered model's name, from the URI (no registry call)."""
         return str(self._name)
 
+    def model_version(self, client: Any) -> Any:
+        """The registry's ``ModelVersion`` this URI names now (an alias: where it points); a
+        model, version or alias the registry lacks is a one-line ValueError naming it."""
+        import mlflow
+        from mlflow.exceptions import MlflowException
+
+        try:
+            if self._alias is not None:
+                return client.get_model_version_by_alias(self._name, self._alias)
+            return client.get_model_version(self._name, str(self._version))
+        except MlflowException as err:
+            if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise
+            registry = self.registry_uri or self.tracking_uri
+            where = registry or f"{mlflow.get_registry_uri()} (MLflow's default: no tracking_uri)"
+            message = registry_error(err)
+            raise ValueError(f"{self.uri}: {message} in the registry at {where}") from None
+
     def fit(self, train: pd.DataFrame) -> Self:
         """Resolve the version, load the pyfunc; with ``exclude_seen`` remember training pairs."""
         import mlflow
         from mlflow import MlflowClient
-        from mlflow.exceptions import MlflowException
 
         registry = self.registry_uri or self.tracking_uri
         client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=registry)
-        try:
-            if self._alias is not None:
-                mv = client.get_model_version_by_alias(self._name, self._alias)
-            else:
-                mv = client.get_model_version(self._name, str(self._version))
-        except MlflowException as err:
-            if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                raise
-            where = registry or f"{mlflow.get_registry_uri()} (MLflow's default: no tracking_uri)"
-            message = registry_error(err)
-            raise ValueError(f"{self.uri}: {message} in the registry at {where}") from None
+        mv = self.model_version(client)
         self.info_: dict[str, Any] = {
             "model_uri": self.uri,
             "name": mv.name,

@@ -399,3 +399,31 @@ def test_a_promotion_that_could_not_act_is_one_line_before_any_model_runs(tmp_pa
         f"the promotion moves aliases in the tracking store's registry (sqlite:///runs/mlflow.db)"
     )
     assert client.get_registered_model("reco").aliases == {"champion": 1, "challenger": 1}
+
+    # the gate must compare with the version the alias points to, and the candidate be another
+    client.create_model_version("reco", source=str(tmp_path), run_id=None)  # version 2
+    client.set_registered_model_alias("reco", "champion", "2")
+    v2 = ["model=[popularity,mlflow]", "model.mlflow.uri=models:/reco/1"]
+    assert error(*v2, "gate.promote=champion") == (
+        "error: gate.promote=champion: the baseline popularity is not a version of reco, but a "
+        "promotion replaces models:/reco@champion (version 2): compare against it, e.g. "
+        "+model.champion._target_=harness.models.MLflowModel "
+        "+model.champion.uri=models:/reco@champion compare.baseline=champion"
+    )
+    base = [
+        "+model.base._target_=harness.models.MLflowModel",
+        "+model.base.tracking_uri=${tracking.uri}",
+        "compare.baseline=base",
+        "gate.promote=champion",
+    ]
+    assert error(*v2, *base, "+model.base.uri=models:/reco/1") == (
+        "error: gate.promote=champion: the baseline base (models:/reco/1) is reco version 1, but "
+        "models:/reco@champion is version 2, the one a promotion replaces: compare against "
+        "models:/reco@champion"
+    )
+    same = ["model=[mlflow]", "model.mlflow.uri=models:/reco/2"]
+    assert error(*same, *base, "+model.base.uri=models:/reco@champion") == (
+        "error: gate.promote=champion: candidate mlflow (models:/reco/2) is reco version 2, which "
+        "models:/reco@champion already points to: nothing to promote (it would be compared with "
+        "itself)"
+    )
