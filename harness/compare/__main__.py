@@ -217,10 +217,15 @@ def _resolve(
             if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                 raise ValueError(f"no run with id {ref!r} at {uri}") from None
             raise
-        children = client.search_runs(
-            [run.info.experiment_id],
-            filter_string=f"tags.`mlflow.parentRunId` = '{run.info.run_id}'",
-            order_by=["attributes.start_time ASC"],
+        kind = run.data.tags.get("harness.kind", "")
+        children = (
+            []
+            if kind.startswith("tuning")
+            else client.search_runs(
+                [run.info.experiment_id],
+                filter_string=f"tags.`mlflow.parentRunId` = '{run.info.run_id}'",
+                order_by=["attributes.start_time ASC"],
+            )
         )
     except ValueError:
         raise
@@ -233,6 +238,13 @@ def _resolve(
         raise ValueError(
             f"{ref} is a parent run (one whole evaluation), not a model run; compare two of its "
             f"model runs: {listing}"
+        )
+    if kind.startswith("tuning") or "split.sha256" not in run.data.tags:
+        raise ValueError(
+            f"run {ref} ({run.info.run_name}) is not a model evaluation"
+            + (f" but a {kind} run" if kind else "")
+            + ": compare two model runs of python -m harness (the child runs of an evaluation, "
+            "e.g. of a tuning's final test run)"
         )
     return run, None
 
@@ -259,6 +271,25 @@ def _both(
             client, refs[first], uri, split_of(runs[1 - first]), registry
         )
     return runs, [n for n in notes if n]
+
+
+def _labels(runs: list[Any], refs: Sequence[str]) -> list[str]:
+    """The two sides' names in the tables: a ``models:/`` ref is its registered version
+    (``reco v2``), a run id the model name it was run under; equal names get the run id, then
+    the side (one run on both sides)."""
+
+    def label(run: Any, ref: str) -> str:
+        tags = run.data.tags
+        if ref.startswith("models:/"):
+            return f"{tags['model.info.name']} v{tags['model.info.version']}"
+        return str(tags.get("model", run.info.run_name))
+
+    names = [label(r, ref) for r, ref in zip(runs, refs, strict=True)]
+    if names[0] == names[1]:
+        names = [f"{n} ({r.info.run_id[:8]})" for n, r in zip(names, runs, strict=True)]
+    if names[0] == names[1]:
+        names = [f"{names[0]} as baseline", f"{names[1]} as candidate"]
+    return names
 
 
 def _same_model(runs: list[Any], refs: Sequence[str]) -> str | None:
@@ -607,9 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"the runs were evaluated on different splits (split.sha256 {hashes[0]} vs "
                 f"{hashes[1]}); a comparison needs the same split"
             )
-        names = [r.data.tags.get("model", r.info.run_name) for r in runs]
-        if names[0] == names[1]:
-            names = [f"{n} ({r.info.run_id[:8]})" for n, r in zip(names, runs, strict=True)]
+        names = _labels(runs, (args.baseline, args.candidate))
         cspec, gspec, cfg = _specs(args.gate, names[0], args.overrides)
         split_dir = Path(args.runs_dir) / "splits" / str(hashes[0])
         with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:

@@ -121,7 +121,7 @@ def test_an_alias_is_the_version_it_points_to_now(tmp_path: Path) -> None:
     the latest successful evaluation of that version, on the other side's split."""
     from mlflow import MlflowClient
 
-    from harness.compare.__main__ import _both, _same_model
+    from harness.compare.__main__ import _both, _labels, _same_model
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -162,6 +162,25 @@ def test_an_alias_is_the_version_it_points_to_now(tmp_path: Path) -> None:
     assert notes[0].startswith(
         f"models:/reco@champion is reco version 1: its latest evaluation, run {v1} (m, "
     )
+
+    # the sides are named by the version a models:/ ref is, whatever the run's model was called
+    refs = ("models:/reco/2", "models:/reco@champion")
+    assert _labels(_both(client, refs, uri)[0], refs) == ["reco v2", "reco v1"]
+    assert _labels(_both(client, (v1, v2), uri)[0], (v1, v2)) == [
+        f"m ({v1[:8]})",
+        f"m ({v2[:8]})",
+    ]
+    assert _labels(_both(client, (v1, v1), uri)[0], (v1, v1)) == [
+        f"m ({v1[:8]}) as baseline",
+        f"m ({v1[:8]}) as candidate",
+    ]
+    # runs that are not model evaluations: a tuning trial, a run without a split
+    trial = client.create_run(exp, tags={"harness.kind": "tuning-trial"}, run_name="t 0")
+    other = client.create_run(exp, run_name="register").info.run_id
+    with pytest.raises(ValueError, match=r"\(t 0\) is not a model evaluation but a tuning-trial"):
+        _both(client, (trial.info.run_id, v2), uri)
+    with pytest.raises(ValueError, match=r"\(register\) is not a model evaluation: compare two"):
+        _both(client, (v1, other), uri)
 
     # promotion: both aliases on version 2; v1's runs (evaluated under @champion) are not used
     client.set_registered_model_alias("reco", "champion", "2")

@@ -334,7 +334,7 @@ def test_compare_cli_accepts_a_registered_model_version_evaluated_earlier(tmp_pa
     assert shipped.data.tags["model.info.version"] == "1"
     done = CLI.run(tmp_path, pop.info.run_id, "models:/demo/1", module="harness.compare")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "mlflow vs popularity" in done.stdout
+    assert "demo v1 vs popularity" in done.stdout  # a models:/ side is named by its version
     missing = CLI.run(tmp_path, pop.info.run_id, "models:/demo/7", module="harness.compare")
     assert missing.returncode == 2
     assert missing.stderr == (
