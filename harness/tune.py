@@ -833,8 +833,6 @@ def tune(cfg: DictConfig) -> int:
             "no selected model has a search_space to tune (see README, 'Tuning'); "
             "e.g. model=[popularity,item_knn]"
         )
-    for name in [n for n in nodes if n not in spaces]:
-        print(f"note: {name} has no search_space: used with its configured parameters")
     _optuna()
     runs_dir = Path(cfg.runs_dir)
     split_params = _plain_dict(cfg.split, "split")
@@ -847,6 +845,8 @@ def tune(cfg: DictConfig) -> int:
         dataset.frame, method, split_params, runs_dir / "splits", digest=dataset.sha256
     )
     vsplit = validation_view(split)
+    for name in [n for n in nodes if n not in spaces]:  # after every check that could stop here
+        print(f"note: {name} has no search_space: used with its configured parameters")
     key = split_cache_key(dataset.frame, method, split_params, digest=dataset.sha256)
     payload = {
         "objective": spec.objective,

@@ -201,9 +201,12 @@ def test_no_budget_is_an_error(tmp_path: Path) -> None:
 def test_nothing_to_tune_is_the_error_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No selected model has a search space: one error, no note before it."""
+    """No selected model has a search space, or no validation part: one error, no note."""
     with pytest.raises(ValueError, match=r"^no selected model has a search_space to tune"):
         tune(cfg_of(tmp_path, "model=[popularity]", "split.valid_cut=0.6", "tracking=none"))
+    assert capsys.readouterr().out == ""
+    with pytest.raises(ValueError, match=r"set split\.valid_cut="):  # a split without validation
+        tune(cfg_of(tmp_path, "model=[popularity,item_knn]", "tracking=none"))
     assert capsys.readouterr().out == ""
 
 
