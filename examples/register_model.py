@@ -8,8 +8,10 @@ Fits a ``PopularityModel`` (``--model item_knn``: an ``ImplicitItemCosine``) on 
 ``global_time`` split: fitted on every event, a model that leaves out the items a user has seen
 would leave out exactly the test items and score 0),
 wraps it in ``RecommenderPyfunc``, logs it with ``mlflow.pyfunc.log_model`` into
-a new run, registers it as a new version of ``--name``, points the alias ``--alias`` (default
-``champion``) at that version and prints the ``models:/`` URIs. Evaluate it with the harness::
+a new run, registers it as a new version of ``--name``, points the alias ``--alias`` at that
+version and prints the ``models:/`` URIs. Without ``--alias`` the first version gets ``champion``
+and later versions no alias: production's alias moves through the gate
+(``gate.promote=champion``), not by registering. Evaluate it with the harness::
 
     python -m harness 'model=[popularity,mlflow]' model.mlflow.uri=models:/popularity-demo@champion
 
@@ -38,6 +40,7 @@ import pandas as pd
 from mlflow import MlflowClient
 
 from harness.models import ImplicitItemCosine, PopularityModel, Recommender, padding_mask
+from harness.promote import alias_version, check_alias
 from harness.split import make_split
 from harness.synthetic import generate
 
@@ -89,9 +92,15 @@ def register(
     seed: int = 0,
     model_kind: str = "popularity",
     train_cut: float | None = None,
-    alias: str = ALIAS,
-) -> dict[str, str]:
-    """Fit, log, register and alias the model; return its ``models:/`` URIs and run id."""
+    alias: str | None = None,
+) -> dict[str, str | None]:
+    """Fit, log, register and alias the model; return its ``models:/`` URIs and run id.
+    ``alias`` None: ``champion`` when the model has none yet, else no alias."""
+    alias = check_alias(
+        alias, "--alias"
+    )  # a bad alias: one line before anything is fitted or registered
+    if train_cut is not None and not 0 < train_cut <= 1:
+        raise ValueError(f"--train-cut must be in (0, 1] (got {train_cut})")
     if tracking_uri.startswith("sqlite:///"):
         Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(tracking_uri)
@@ -133,10 +142,13 @@ def register(
                 pip_requirements=[f"mlflow=={mlflow.__version__}", "numpy", "pandas"],
             )
     version = str(info.registered_model_version)
-    client.set_registered_model_alias(name, alias, version)
+    if alias is None and alias_version(client, name, ALIAS) is None:  # the first version
+        alias = ALIAS
+    if alias is not None:
+        client.set_registered_model_alias(name, alias, version)
     return {
         "version_uri": f"models:/{name}/{version}",
-        "alias_uri": f"models:/{name}@{alias}",
+        "alias_uri": f"models:/{name}@{alias}" if alias else None,
         "version": version,
         "run_id": run.info.run_id,
     }
@@ -144,7 +156,9 @@ def register(
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: parse arguments, register, print the URIs."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--tracking-uri", default="sqlite:///runs/mlflow.db")
     parser.add_argument("--name", default="popularity-demo", help="registered model name")
     parser.add_argument("--experiment", default="model-registry")
@@ -161,24 +175,33 @@ def main(argv: list[str] | None = None) -> None:
         help="fit on the events before this timestamp quantile (default 0.8, the harness's "
         "default split: the test period stays unseen; 1 fits on every event)",
     )
-    parser.add_argument("--alias", default=ALIAS, help="alias pointed at the new version")
-    args = parser.parse_args(argv)
-    out = register(
-        args.tracking_uri,
-        args.name,
-        experiment=args.experiment,
-        artifacts=args.artifacts,
-        n_users=args.n_users,
-        n_items=args.n_items,
-        n_events=args.n_events,
-        seed=args.seed,
-        model_kind=args.model,
-        train_cut=args.train_cut,
-        alias=args.alias,
+    parser.add_argument(
+        "--alias",
+        default=None,
+        help=f"alias pointed at the new version (default: {ALIAS} for the first version, none "
+        f"later: @{ALIAS} then moves only through the gate, gate.promote={ALIAS})",
     )
+    args = parser.parse_args(argv)
+    try:
+        out = register(
+            args.tracking_uri,
+            args.name,
+            experiment=args.experiment,
+            artifacts=args.artifacts,
+            n_users=args.n_users,
+            n_items=args.n_items,
+            n_events=args.n_events,
+            seed=args.seed,
+            model_kind=args.model,
+            train_cut=args.train_cut,
+            alias=args.alias,
+        )
+    except ValueError as err:
+        parser.exit(2, f"error: {err}\n")
     print(f"registered {args.name} version {out['version']} (run {out['run_id']})")
     print(out["version_uri"])
-    print(out["alias_uri"])
+    if out["alias_uri"]:
+        print(out["alias_uri"])
 
 
 if __name__ == "__main__":

@@ -525,6 +525,43 @@ def test_a_version_not_in_the_registry_names_the_registry(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+def test_the_example_sets_champion_on_the_first_version_only(tmp_path: Path) -> None:
+    """Registering must not move production's alias: @champion is set on the first version,
+    later versions get only the alias asked for; bad arguments are one line, nothing
+    registered."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def register(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, str(EXAMPLE), "--tracking-uri", uri, "--name", "r", "--n-events"]
+        return subprocess.run(
+            [*cmd, "3000", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"},
+        )
+
+    for args, line in (
+        (("--alias", "latest"), "error: '--alias' must be a registry alias such as champion"),
+        (("--train-cut", "0"), "error: --train-cut must be in (0, 1] (got 0.0)"),
+    ):
+        bad = register(*args)
+        assert bad.returncode == 2 and bad.stderr.startswith(line), bad.stderr[-2000:]
+        assert len(bad.stderr.strip().splitlines()) == 1
+    client = MlflowClient(uri)
+    assert client.search_registered_models() == []  # nothing registered by a bad call
+    first, second = register(), register()
+    assert first.stdout.strip().splitlines()[-2:] == ["models:/r/1", "models:/r@champion"]
+    assert second.stdout.strip().splitlines()[-1] == "models:/r/2", second.stderr[-2000:]
+    third = register("--alias", "challenger")
+    assert third.stdout.strip().splitlines()[-1] == "models:/r@challenger", third.stderr[-2000:]
+    assert client.get_registered_model("r").aliases == {"champion": 1, "challenger": 3}
+
+
+@pytest.mark.slow
 def test_mlflow_model_end_to_end_with_the_example(tmp_path, monkeypatch) -> None:
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     done = subprocess.run(
