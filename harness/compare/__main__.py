@@ -128,7 +128,7 @@ def _registered_version(client: Any, ref: str, uri: str) -> tuple[str, str]:
     resolved in the registry now (where it points today, not where it pointed when evaluated)."""
     from mlflow.exceptions import MlflowException
 
-    from harness.models.mlflow_model import _URI, registry_error
+    from harness.models.mlflow_model import _URI
 
     match = _URI.fullmatch(ref)
     if match is None:
@@ -137,15 +137,27 @@ def _registered_version(client: Any, ref: str, uri: str) -> tuple[str, str]:
         )
     if match["alias"] is None:
         return match["name"], match["version"]
+    name = match["name"]
     try:
-        mv = client.get_model_version_by_alias(match["name"], match["alias"])
+        mv = client.get_model_version_by_alias(name, match["alias"])
     except MlflowException as err:
-        if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+        if err.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise
+        try:
+            aliases = client.get_registered_model(name).aliases
+        except MlflowException:
             raise ValueError(
-                f"{ref} is not set in the registry at {uri} ({registry_error(err)})"
+                f"{ref}: no registered model {name!r} in the registry at {uri}"
             ) from None
-        raise
+        have = ", ".join(f"@{a} (version {v})" for a, v in sorted(aliases.items())) or "none"
+        raise ValueError(
+            f"{ref} is not set in the registry at {uri} (aliases of {name}: {have})"
+        ) from None
     return str(mv.name), str(mv.version)
+
+
+def _no_model(ref: str, name: str, at: str) -> str:
+    return f"{ref}: no registered model {name!r} in the registry at {at}"
 
 
 def _not_evaluated(client: Any, ref: str, name: str, version: str, uri: str, at: str) -> str:
@@ -163,7 +175,7 @@ def _not_evaluated(client: Any, ref: str, name: str, version: str, uri: str, at:
         except MlflowException:
             versions = []
         if not versions:
-            return f"{ref}: no registered model {name!r} in the registry at {at}"
+            return _no_model(ref, name, at)
         numbers = sorted(int(v.version) for v in versions)
         known = (
             ", ".join(map(str, numbers))
@@ -595,11 +607,15 @@ def _specs(gate: str, baseline: str, overrides: Sequence[str]) -> tuple[CompareS
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from harness.schema import config_error, register
+
+    register()  # the schemas: an unknown key is named with the keys its group takes
+
     try:
         with initialize_config_module(config_module="harness.configs", version_base=None):
             cfg = compose("config", overrides=[f"gate={gate}", *overrides])
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ValueError(f"bad option: {_first_line(err)}") from None
+    except (HydraException, OmegaConfBaseException) as err:  # as the main run says it
+        raise ValueError(config_error(err)) from None
     node: dict[str, Any] = OmegaConf.to_container(cfg.compare, resolve=True)  # type: ignore[assignment]
     node["baseline"] = baseline
     if node.get("metrics") is not None:

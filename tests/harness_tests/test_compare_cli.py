@@ -193,6 +193,10 @@ def test_an_alias_is_the_version_it_points_to_now(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match=r"^models:/reco@nope is not set in the registry at "):
         _both(client, ("models:/reco@nope", v2), uri)
+    with pytest.raises(ValueError, match=r"\(aliases of reco: @challenger \(version 2\), @champ"):
+        _both(client, ("models:/reco@nope", v2), uri)
+    with pytest.raises(ValueError, match=r"^models:/nosuch@champion: no registered model 'nos"):
+        _both(client, ("models:/nosuch@champion", v2), uri)
     with pytest.raises(ValueError, match=r"^models:/reco/7: reco has no version 7 in the regis"):
         _both(client, ("models:/reco/7", v2), uri)
     with pytest.raises(ValueError, match=r"^models:/nosuch/1: no registered model 'nosuch' in "):
@@ -217,3 +221,16 @@ def test_an_alias_is_the_version_it_points_to_now(tmp_path: Path) -> None:
     at = re.escape(f"models:/reco@champion is not set in the registry at {other} (")
     with pytest.raises(ValueError, match=f"^{at}"):  # set in the runs' store, not in this one
         _both(split_client, ("models:/reco@champion", "models:/reco@next"), uri, other)
+
+
+def test_a_bad_option_is_named_as_the_main_run_names_it() -> None:
+    """Hydra's errors in harness.compare's options: the key with the keys its group takes, the
+    options of a group, a value of the wrong type (as python -m harness says them)."""
+    from harness.compare.__main__ import _specs
+
+    with pytest.raises(ValueError, match=r"^unknown config key 'compare.n_resampels' in group "):
+        _specs("default", "popularity", ["compare.n_resampels=5"])
+    with pytest.raises(ValueError, match=r"available options in 'gate': default, none, strict$"):
+        _specs("nosuch", "popularity", [])
+    with pytest.raises(ValueError, match=r"^bad config value at 'compare.n_resamples'"):
+        _specs("default", "popularity", ["compare.n_resamples=abc"])
