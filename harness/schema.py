@@ -348,8 +348,12 @@ def _allowed(object_type: Any) -> list[str]:
     if isinstance(object_type, str):
         object_type = _by_name().get(object_type)
     if isinstance(object_type, type) and dataclasses.is_dataclass(object_type):
-        return [f.name for f in dataclasses.fields(object_type)]
+        return [f.name for f in dataclasses.fields(object_type) if f.name not in _INTERNAL]
     return []
+
+
+#: Keys the harness writes itself (``tune.result``: the tuning's results on its final run).
+_INTERNAL = {"result"}
 
 
 #: Schemas of list items, whose errors OmegaConf reports without the list's path.

@@ -50,7 +50,7 @@ def require_int(name: str, value: object, minimum: int = 1, none_ok: bool = Fals
         return None
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
-        alt = " or None" if none_ok else ""
+        alt = " or null" if none_ok else ""
         raise ValueError(f"'{name}' must be {kind}{alt} (got {value!r})")
     return int(value)
 

@@ -98,7 +98,7 @@ class PrecomputedScores(BaseRecommender):
         super().__init__(exclude_seen=exclude_seen, batch_size=batch_size, progress=progress)
         require_choice("ties", ties, TIES)
         if format is not None and format not in FORMATS:
-            raise ValueError(f"'format' must be one of {list(FORMATS)} or None (got {format!r})")
+            raise ValueError(f"'format' must be one of {list(FORMATS)} or null (got {format!r})")
         mapping = dict(columns or {})
         unknown = sorted(set(mapping) - set(_FIELDS))
         if unknown:

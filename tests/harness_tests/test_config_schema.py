@@ -115,6 +115,7 @@ def test_a_misspelled_key_fails_composition(tmp_path, group, extends, body, full
     listed = text.removeprefix(start).split(", ")
     assert set(allowed) <= set(listed), (allowed, listed)
     assert full_key.rsplit(".", 1)[1] not in listed
+    assert "result" not in listed  # tune.result: written by harness.tune, not a user's key
 
 
 def test_a_misspelled_key_in_a_guardrail_names_the_gate(tmp_path: Path) -> None:

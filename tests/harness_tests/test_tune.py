@@ -185,6 +185,7 @@ def test_model_search_spaces_parse_and_contain_the_defaults(name: str, node: dic
         ("tune.trials=0", "'tune.trials' must be a positive int"),
         ("tune.sampler=grid", "'tune.sampler' must be one of"),
         ("+tune.trails=5", "unknown key 'tune.trails'"),
+        ("tune.trials=-1", "'tune.trials' must be a positive int or null"),  # the config's word
     ],
 )
 def test_bad_tune_config_is_one_line(tmp_path: Path, override: str, fragment: str) -> None:
