@@ -253,7 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_history(frame, args.name))
     if args.plot is not None:
         if evaluated.empty or evaluated["value"].isna().all():
-            print(f"no evaluation of {args.name!r} to plot", file=sys.stderr)
+            print(
+                f"note: no plot written to {args.plot}: {args.name!r} has no evaluation yet "
+                "(python -m harness ... model.mlflow.uri=models:/NAME/VERSION gate.promote=ALIAS "
+                "records one)",
+                file=sys.stderr,
+            )
         else:
             metric = args.metric or str(evaluated["metric"].iloc[-1])
             shown = evaluated[evaluated["metric"] == metric]

@@ -427,3 +427,21 @@ def test_a_promotion_that_could_not_act_is_one_line_before_any_model_runs(tmp_pa
         "models:/reco@champion already points to: nothing to promote (it would be compared with "
         "itself)"
     )
+
+
+def test_history_without_evaluations_says_no_plot_was_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mlflow import MlflowClient
+
+    from harness.history import main
+
+    uri = f"sqlite:///{tmp_path / 'r.db'}"
+    client = MlflowClient(uri)
+    client.create_registered_model("reco")
+    client.create_model_version("reco", source=str(tmp_path))
+    png = tmp_path / "h.png"
+    assert main(["reco", "--tracking-uri", uri, "--plot", str(png)]) == 0
+    err = capsys.readouterr().err.splitlines()[-1]  # after MLflow's set-up lines in-process
+    assert err.startswith(f"note: no plot written to {png}: 'reco' has no evaluation yet")
+    assert not png.exists()
