@@ -746,11 +746,15 @@ def tune_one(
     return outcome
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def format_outcome(outcome: TuneOutcome, spec: TuneSpec) -> str:
     """One model's tuning result, for the terminal."""
     s = outcome.summary()
     head = (
-        f"tuned {outcome.model}: {s['trials_complete']} trials complete, "
+        f"tuned {outcome.model}: {_count(s['trials_complete'], 'trial')} complete, "
         f"{s['trials_failed']} failed"
         + (f", {s['trials_interrupted']} interrupted" if s["trials_interrupted"] else "")
         + f" (study {outcome.study}, {outcome.storage})"

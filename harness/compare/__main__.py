@@ -790,7 +790,7 @@ def comparison_table(pair: PairComparison, segment: str = "all") -> str:
                 ),
                 "p": dash(fmt_p(get("p_randomization"))),
                 "p adj.": dash(fmt_p(get("p_adjusted"))),
-                "ΔGSB": dash(signed(get("gsb_delta"))),
+                "ΔGSB": dash(fmt_value(get("gsb_delta"), 3, sign=True)),  # as everywhere
             }
         )
     if not rows:

@@ -640,7 +640,8 @@ def _split_stats(stats: Mapping[str, Any]) -> Table | None:
 
 
 TUNING_STATEMENT = (
-    "Each model's parameters were tuned on the validation part only: every trial was fitted on "
+    "The parameters of each model with a search space (the models in the table) were tuned on "
+    "the validation part only: every trial was fitted on "
     "train and scored on validation, and the test part was never read. The chosen parameters "
     "were then refitted on train + validation and evaluated once on test: every test result in "
     "this report is that chosen configuration's; no other trial has a test result."
