@@ -173,10 +173,11 @@ def segment_definitions(spec: CompareSpec, heavy_min: float) -> dict[str, str]:
     return {
         "cold": f"users with <= {spec.cold_max_events} training events",
         "heavy": f"users with >= {heavy_min:g} training events "
-        f"(the {spec.heavy_quantile:g} quantile)",
+        f"(the {spec.heavy_quantile:g} quantile of the test users' training events)",
         "items:head": f"test items among the {spec.head_share:.0%} most popular training items",
-        "items:tail": f"test items among the {spec.tail_share:.0%} least popular",
-        "items:mid": "the other test items (and items unseen in training: tail)",
+        "items:tail": f"test items among the {spec.tail_share:.0%} least popular, and test items "
+        "unseen in training",
+        "items:mid": "the other test items",
     }
 
 
