@@ -63,7 +63,7 @@ def history_frame(versions: Sequence[Mapping[str, Any]], metric: str | None = No
                 base
                 | {
                     "date": created.strftime("%Y-%m-%d %H:%M:%S UTC") if pd.notna(created) else "",
-                    "decision": "-",
+                    "decision": "not evaluated",
                     "metric": metric,
                     "value": np.nan,
                     "ci_low": np.nan,
@@ -72,7 +72,7 @@ def history_frame(versions: Sequence[Mapping[str, Any]], metric: str | None = No
                     "lift_ci_low": np.nan,
                     "lift_ci_high": np.nan,
                     "baseline": "",
-                    "alias_action": "not evaluated",
+                    "alias_action": "",
                     "run": "",
                     "shown": "-",
                 }
@@ -132,6 +132,14 @@ def format_history(frame: pd.DataFrame, name: str) -> str:
     return f"{name}: {len(frame)} row(s)\n" + "\n".join(lines)
 
 
+def version_labels(versions: pd.Series) -> list[str]:
+    """``vN`` per evaluation; a version evaluated more than once: ``v2 #1``, ``v2 #2``."""
+    text = versions.astype(str)
+    nth = text.groupby(text).cumcount() + 1
+    repeated = text.map(text.value_counts()) > 1
+    return [f"v{v} #{n}" if r else f"v{v}" for v, n, r in zip(text, nth, repeated, strict=True)]
+
+
 def plot_history(frame: pd.DataFrame, metric: str, path: Path) -> Path:
     """The metric with its CI per evaluation, in version order (x labels ``vN``)."""
     import matplotlib
@@ -157,7 +165,7 @@ def plot_history(frame: pd.DataFrame, metric: str, path: Path) -> Path:
                 label=decision,
             )
     ax.plot(x, shown["value"], color="#9e9e9e", linewidth=0.8, zorder=0)
-    ax.set_xticks(x, [f"v{v}" for v in shown["version"]])
+    ax.set_xticks(x, version_labels(shown["version"]))
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} per evaluated version (CI)", loc="left", fontsize=10)
     ax.legend(frameon=False, fontsize=8)
@@ -239,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_TRACKING_FAILED
     frame = history_frame(versions, args.metric)
-    evaluated = frame[frame["decision"] != "-"] if not frame.empty else frame
+    evaluated = frame[frame["decision"] != "not evaluated"] if not frame.empty else frame
     if args.metric and not evaluated.empty and evaluated["value"].isna().all():
         recorded = sorted(
             {m for v in versions for e in _evaluations(v) for m in e.get("metrics") or {}}

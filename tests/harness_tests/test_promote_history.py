@@ -22,7 +22,7 @@ import yaml
 from support import HarnessCli, MlflowServer
 
 from harness.gate import GateDecision, RuleResult
-from harness.history import format_history, history_frame
+from harness.history import format_history, history_frame, version_labels
 from harness.promote import Promotion, alias_version, format_promotion, plan_promotions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +136,9 @@ def test_history_frame_orders_versions_then_dates() -> None:
     frame = history_frame(versions)
     assert list(frame["version"]) == [2, 2, 10]  # numeric order, not "10" < "2"
     assert list(frame["run"]) == ["r1", "r2", ""]
-    assert list(frame["decision"]) == ["NO_GO", "GO", "-"]
+    assert list(frame["decision"]) == ["NO_GO", "GO", "not evaluated"]
+    assert list(frame["alias_action"]) == ["refused @champion", "refused @champion", ""]
+    assert version_labels(frame["version"]) == ["v2 #1", "v2 #2", "v10"]
     assert frame["ci_low"].iloc[0] == pytest.approx(0.29)
     text = format_history(frame, "reco")
     assert "2 @champion" in text and "not evaluated" in text
