@@ -447,3 +447,56 @@ def test_history_without_evaluations_says_no_plot_was_written(
     err = capsys.readouterr().err.splitlines()[-1]  # after MLflow's set-up lines in-process
     assert err.startswith(f"note: no plot written to {png}: 'reco' has no evaluation yet")
     assert not png.exists()
+
+
+def test_a_go_against_a_version_the_alias_has_left_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The gate compared v3 with v1, @champion's version when the run started; the alias moved
+    to v2 meanwhile: the GO says nothing about replacing v2, so the alias stays (real sqlite
+    registry); with the alias still on v1 the same GO promotes."""
+    from types import SimpleNamespace
+
+    from mlflow import MlflowClient
+
+    from harness.compare import CompareSpec, compare_pair
+    from harness.promote import promote_run
+
+    uri = f"sqlite:///{tmp_path / 'r.db'}"
+    client = MlflowClient(uri)
+    client.create_registered_model("reco")
+    for _ in range(3):
+        client.create_model_version("reco", source=str(tmp_path))
+    parent = client.create_run(client.create_experiment("e")).info.run_id
+    rng = np.random.default_rng(0)
+    users = pd.Index(np.arange(300), name="user")
+    base = pd.DataFrame({"ndcg@10": rng.uniform(0, 0.5, 300)}, index=users)
+    cand = base + 0.1
+    pair = compare_pair("base", "cand", (base, cand), ["ndcg@10"], CompareSpec(n_resamples=200))
+    result = SimpleNamespace(
+        outcomes={
+            "base": SimpleNamespace(info={"info.name": "reco", "info.version": 1}, evaluation=None),
+            "cand": SimpleNamespace(info={"info.name": "reco", "info.version": 3}, evaluation=None),
+        }
+    )
+    decisions = {"cand": _decision("cand", "GO")}
+
+    def promote() -> str:
+        code = promote_run(
+            "champion", uri, parent, result, [pair], decisions, experiment="e", headline="ndcg@10"
+        )
+        assert code == 0
+        return capsys.readouterr().out.strip()
+
+    client.set_registered_model_alias("reco", "champion", "2")  # moved during the run
+    assert promote() == (
+        "promotion REFUSED: models:/reco@champion stays on version 2, not moved to version 3: GO "
+        "against base (version 1), but @champion is version 2 now: evaluate against "
+        "models:/reco@champion again"
+    )
+    assert client.get_model_version_by_alias("reco", "champion").version == 2
+    client.set_registered_model_alias("reco", "champion", "1")
+    assert promote() == (
+        "promotion: models:/reco@champion -> version 3 (was version 1): GO against base"
+    )
+    assert client.get_model_version_by_alias("reco", "champion").version == 3
