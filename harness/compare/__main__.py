@@ -719,7 +719,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_comparison(pair, summary, decisions, overall, verdict))
     out = Path(args.out) if args.out else _default_out(Path(args.runs_dir), pair)
     try:
-        report = _report(out, pair, summary, decisions, overall, verdict, runs, cfg, cspec)
+        experiment = _experiment_name(client, runs[1])
+        report = _report(
+            out, pair, summary, decisions, overall, verdict, runs, cfg, cspec, experiment
+        )
     except OSError as err:
         print(f"error: could not write the report into {out} ({_first_line(err)})", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -810,6 +813,15 @@ def _default_out(runs_dir: Path, pair: PairComparison) -> Path:
     return folder
 
 
+def _experiment_name(client: Any, run: Any) -> str:
+    """The experiment of the candidate's run, where the comparison is logged (its id when the
+    store cannot say now: the logging step reports that)."""
+    try:
+        return str(client.get_experiment(run.info.experiment_id).name)
+    except Exception:
+        return f"experiment id {run.info.experiment_id}"
+
+
 def _report(
     out: Path,
     pair: PairComparison,
@@ -820,16 +832,18 @@ def _report(
     runs: Sequence[Any],
     cfg: Any,
     cspec: CompareSpec,
+    experiment: str,
 ) -> Path:
     """Write report.html, report.md and comparison.csv into ``out``; the HTML path."""
     from omegaconf import OmegaConf
 
     from harness.report import ReportContext, write_report
+    from harness.report.context import now
 
     ctx = ReportContext(
         title=f"Comparison: {pair.candidate} vs {pair.baseline}",
-        experiment="compare",
-        created=time.strftime("%Y-%m-%d %H:%M:%S"),
+        experiment=experiment,
+        created=now(),
         dataset=f"split {runs[0].data.tags.get('split.sha256', '-')[:12]} (from the logged runs)",
         split=str(runs[0].data.tags.get("split", runs[0].data.tags.get("split.method", "-"))),
         split_stats={},

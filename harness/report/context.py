@@ -107,6 +107,11 @@ def higher_is_better(metric: str) -> bool:
         return True
 
 
+def now() -> str:
+    """This moment as the report shows it: ISO 8601 with the UTC offset."""
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
 @dataclass(frozen=True)
 class ReportContext:
     """Everything the report shows; built by the CLI from one run (see :meth:`of`)."""
@@ -175,7 +180,7 @@ class ReportContext:
         return cls(
             title=f"Offline evaluation: {experiment}",
             experiment=experiment,
-            created=created or dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            created=created or now(),
             dataset=dataset,
             split=result.split.name,
             split_stats=dict(result.split.stats),

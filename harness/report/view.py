@@ -309,7 +309,7 @@ def _facts(ctx: ReportContext) -> list[tuple[str, str]]:
     filtered = filtered_line(ctx.split_stats)
     if filtered is not None:
         facts.append(("Filtered", filtered))
-    facts.append(("Experiment", f"{ctx.experiment}, created {ctx.created}"))
+    facts.append(("Experiment", f"{ctx.experiment}; this report written {ctx.created}"))
     return facts
 
 

@@ -103,6 +103,10 @@ def test_strict_gate_and_whole_run_metric_print_no_nan(store) -> None:
     assert cov.split()[-1] == "-"  # a whole-run metric has no ΔGSB, p or CI: a dash
     default_out = Path(store["cwd"]) / "runs" / "results" / "compare"
     assert any((f / "report.html").is_file() for f in default_out.iterdir())
+    mds = [f / "report.md" for f in default_out.iterdir() if (f / "report.md").is_file()]
+    # the experiment the comparison is logged in (the runs'), and when, with the UTC offset
+    written = r"offline-eval; this report written \d{4}-\d\d-\d\dT[\d:]+[+-]\d\d:\d\d"
+    assert mds and all(re.search(written, md.read_text()) for md in mds)
 
 
 def test_a_run_compared_with_itself_says_so(store) -> None:
