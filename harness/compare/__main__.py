@@ -53,6 +53,7 @@ from harness.compare import (
     read_labels,
     segment_data,
 )
+from harness.compare.sizing import format_sizing, sizing_notes, sizing_rows
 from harness.data import _first_line
 from harness.folders import safe_component
 from harness.gate import (
@@ -717,11 +718,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         why=None if decision is not None else "the gate is off",
     )
     print(format_comparison(pair, summary, decisions, overall, verdict))
+    sizing, sized = _sizing(pair, logged, names, cspec, headline, decision)
+    if not sizing.empty:
+        print(format_sizing(sizing, cspec))
     out = Path(args.out) if args.out else _default_out(Path(args.runs_dir), pair)
     try:
         experiment = _experiment_name(client, runs[1])
         report = _report(
-            out, pair, summary, decisions, overall, verdict, runs, cfg, cspec, experiment
+            out, pair, summary, decisions, overall, verdict, runs, cfg, cspec, experiment, sized
         )
     except OSError as err:
         print(f"error: could not write the report into {out} ({_first_line(err)})", file=sys.stderr)
@@ -813,6 +817,25 @@ def _default_out(runs_dir: Path, pair: PairComparison) -> Path:
     return folder
 
 
+def _sizing(
+    pair: PairComparison,
+    logged: Sequence[_Logged],
+    names: Sequence[str],
+    cspec: CompareSpec,
+    metric: str,
+    decision: GateDecision | None,
+) -> tuple[pd.DataFrame, list[str]]:
+    """The online A/B test sizing of the pair, as the main run gives it (its rows and report
+    notes); runs whose per-user tables only Spark reads are not sized (a note says so)."""
+    frames = [x.per_user for x in logged]
+    if not all(isinstance(f, pd.DataFrame) for f in frames):
+        return pd.DataFrame(), ["A/B test sizing: not computed for runs of engine=spark"]
+    per_user = dict(zip(names, frames, strict=True))
+    decisions = {pair.candidate: decision.decision} if decision is not None else None
+    frame = sizing_rows([pair], per_user, cspec, metric=metric, decisions=decisions)
+    return frame, sizing_notes(frame, cspec)
+
+
 def _experiment_name(client: Any, run: Any) -> str:
     """The experiment of the candidate's run, where the comparison is logged (its id when the
     store cannot say now: the logging step reports that)."""
@@ -833,6 +856,7 @@ def _report(
     cfg: Any,
     cspec: CompareSpec,
     experiment: str,
+    more_notes: Sequence[str] = (),
 ) -> Path:
     """Write report.html, report.md and comparison.csv into ``out``; the HTML path."""
     from omegaconf import OmegaConf
@@ -857,7 +881,7 @@ def _report(
         decisions=decisions,
         overall=overall,
         segment_definitions=pair.segments,
-        notes=[verdict, *pair.notes],
+        notes=[verdict, *pair.notes, *more_notes],
         run_ids={pair.baseline: runs[0].info.run_id, pair.candidate: runs[1].info.run_id},
         verdict_text=verdict,
     )

@@ -86,6 +86,10 @@ def test_compare_prints_the_main_runs_table_and_writes_the_report(store) -> None
     for model in ("popularity", "item_knn"):
         row = next(x for x in main if x.startswith(model + " "))
         assert row in text.splitlines()
+    # the online A/B test sizing of the pair, as the main run printed it
+    sized = [x for x in main if x.startswith("  item_knn vs popularity (") and "per arm" in x]
+    assert sized and all(x in text.splitlines() for x in sized), text
+    assert any(x.startswith("- online A/B test sizing") for x in (out / "report.md").open())
     # lift as a percentage in the per-metric table
     ndcg = next(x for x in text.splitlines() if x.strip().startswith("ndcg@10"))
     assert "%" in ndcg
