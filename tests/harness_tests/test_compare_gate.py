@@ -253,7 +253,7 @@ def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(gated)
     # the recomputed ΔGSB equals the one logged during the run
     logged = knn.data.metrics["compare.all.ndcg_at_10.gsb_delta"]
     line = next(x for x in done.stdout.splitlines() if x.strip().startswith("ndcg@10"))
-    assert float(line.split()[-1]) == pytest.approx(logged, abs=5e-5)
+    assert float(line.split()[-1]) == pytest.approx(logged, abs=5e-4)  # printed to 3 decimals
     typo = cli(pop.info.run_id, knn.info.run_id, "gate.primary.metric=ndgc@10")
     assert typo.returncode == 2 and typo.stderr.startswith("error: gate.primary.metric='ndgc@10'")
     undecided = cli(pop.info.run_id, knn.info.run_id, "--enforce", "--gate", "none")
