@@ -106,7 +106,7 @@ def check_promotion(
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from harness.models.mlflow_model import MLflowModel
+    from harness.models.mlflow_model import MLflowModel, aliases_text
 
     registered = {n: m for n, m in candidates.items() if isinstance(m, MLflowModel)}
     if not registered:
@@ -128,8 +128,7 @@ def check_promotion(
         except MlflowException as err:
             if err.error_code != "INVALID_PARAMETER_VALUE":
                 continue  # no such model: the model's own load says so; unreachable: see above
-            aliases = client.get_registered_model(reg).aliases
-            have = ", ".join(f"@{a} (version {v})" for a, v in sorted(aliases.items())) or "none"
+            have = aliases_text(client.get_registered_model(reg).aliases)
             raise ValueError(
                 f"gate.promote={alias}: models:/{reg}@{alias} is not set (aliases of {reg}: "
                 f"{have}); the promotion moves an alias that exists: set it once in MLflow "
@@ -152,26 +151,23 @@ def _check_against_alias(
     if baseline is None:  # the baseline could not be built: there is no gate decision
         return
     base_name, base = baseline
+    same_model = isinstance(base, MLflowModel) and base.registered_name == reg
     try:
         current = alias_version(client, reg, alias)
-        if current is None:
-            return
-        target = f"models:/{reg}@{alias}"
-        if not isinstance(base, MLflowModel) or base.registered_name != reg:
-            raise ValueError(
-                f"gate.promote={alias}: the baseline {base_name} is not a version of {reg}, but "
-                f"a promotion replaces {target} (version {current}): compare against it, e.g. "
-                f"+model.{alias}._target_=harness.models.MLflowModel +model.{alias}.uri="
-                f"{target} compare.baseline={alias}"
-            )
-        base_version = str(base.model_version(client).version)
+        base_version = str(base.model_version(client).version) if same_model else None
         version = str(model.model_version(client).version)
-    except ValueError as err:
-        if str(err).startswith("gate.promote"):
-            raise
-        return  # a ref the registry lacks: that model's own fit says so
-    except Exception:  # the registry cannot be read now: the promotion step reports it
+    except Exception:  # a ref the registry lacks (that model's fit says so), or the registry
+        return  # cannot be read now (the promotion step reports it)
+    if current is None:
         return
+    target = f"models:/{reg}@{alias}"
+    if not same_model:
+        raise ValueError(
+            f"gate.promote={alias}: the baseline {base_name} is not a version of {reg}, but "
+            f"a promotion replaces {target} (version {current}): compare against it, e.g. "
+            f"+model.{alias}._target_=harness.models.MLflowModel +model.{alias}.uri="
+            f"{target} compare.baseline={alias}"
+        )
     if base_version != current:
         raise ValueError(
             f"gate.promote={alias}: the baseline {base_name} ({base.uri}) is {reg} version "

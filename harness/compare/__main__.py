@@ -129,7 +129,7 @@ def _registered_version(client: Any, ref: str, uri: str) -> tuple[str, str]:
     resolved in the registry now (where it points today, not where it pointed when evaluated)."""
     from mlflow.exceptions import MlflowException
 
-    from harness.models.mlflow_model import _URI
+    from harness.models.mlflow_model import _URI, aliases_text
 
     match = _URI.fullmatch(ref)
     if match is None:
@@ -147,12 +147,10 @@ def _registered_version(client: Any, ref: str, uri: str) -> tuple[str, str]:
         try:
             aliases = client.get_registered_model(name).aliases
         except MlflowException:
-            raise ValueError(
-                f"{ref}: no registered model {name!r} in the registry at {uri}"
-            ) from None
-        have = ", ".join(f"@{a} (version {v})" for a, v in sorted(aliases.items())) or "none"
+            raise ValueError(_no_model(ref, name, uri)) from None
         raise ValueError(
-            f"{ref} is not set in the registry at {uri} (aliases of {name}: {have})"
+            f"{ref} is not set in the registry at {uri} (aliases of {name}: "
+            f"{aliases_text(aliases)})"
         ) from None
     return str(mv.name), str(mv.version)
 

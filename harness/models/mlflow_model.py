@@ -50,6 +50,11 @@ def registry_error(err: Any) -> str:
     return re.sub(r"^[A-Z_]+: ", "", first).rstrip(".")
 
 
+def aliases_text(aliases: Any) -> str:
+    """A registered model's aliases for an error line: ``@a (version 1), @b (version 2)``."""
+    return ", ".join(f"@{a} (version {v})" for a, v in sorted(dict(aliases).items())) or "none"
+
+
 class MLflowModel:
     """Recommend with the registered pyfunc at ``uri`` (``models:/NAME/VERSION`` or
     ``models:/NAME@ALIAS``) of the registry at ``tracking_uri`` (``None``: MLflow's default).
