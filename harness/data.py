@@ -9,7 +9,8 @@ An *Interactions* frame is a pandas DataFrame with the columns
   the same id. Anything else becomes ``str``; two text ids that only differ in how a number is
   written (``"70"``/``"70.0"``/``"+70"``) are refused, as are object columns mixing numbers and
   text (``1`` and ``"1"``), nested values (lists, maps) and bytes.
-- ``timestamp``: ``int64`` epoch seconds (UTC), read with ONE format per column: either the
+- ``timestamp``: epoch seconds (UTC), ``int64`` when every time is a whole second, else
+  ``float64`` (sub-second times keep their order), read with ONE format per column: either the
   ``timestamp_format`` given (``ISO8601``, ``epoch_s``, ``epoch_ms``, ``epoch_us``, ``epoch_ns`` or
   a strftime pattern such as ``%d/%m/%Y %H:%M``) or one inferred from the data: numbers (and
   digit-only text) are epoch seconds, or milliseconds when every value is in [1e11, 1e14); text
@@ -66,8 +67,12 @@ __all__ = [
     "read_text_table",
     "release_arrow_memory",
     "remember_codes",
+    "seconds_from",
+    "time_value",
     "timed",
     "validate_interactions",
+    "wrong_unit",
+    "wrong_unit_error",
 ]
 
 USER = "user"
@@ -87,7 +92,7 @@ _INTEGRAL_TEXT = r"(?:0|-?[1-9]\d{0,18})(?:\.0+)?"
 _NUMBER_TEXT = r"[+-]?\d+(?:\.\d*)?"
 _DIGITS_TEXT = r"[+-]?\d{1,18}"
 _EPOCH = pd.Timestamp(0, tz="UTC")
-_SECOND = pd.Timedelta(seconds=1)
+_MICROSECOND = pd.Timedelta(microseconds=1)
 # Epoch units: name -> units per second.
 _EPOCH_UNITS: dict[str, int] = {
     "epoch_s": 1,
@@ -999,7 +1004,7 @@ def _normalize_timestamps(
     dtype = s.dtype
     if pd.api.types.is_datetime64_any_dtype(dtype):
         aware = s if getattr(dtype, "tz", None) is not None else s.dt.tz_localize("UTC")
-        return ((aware - _EPOCH) // _SECOND).to_numpy(dtype=np.int64)
+        return _to_seconds(aware)
     if pd.api.types.is_bool_dtype(dtype):
         raise _fail(source, label, np.ones(len(s), bool), "unparsable timestamp(s)", s)
     if pd.api.types.is_object_dtype(dtype):
@@ -1053,13 +1058,32 @@ def _normalize_timestamps(
 
 
 def _to_seconds(parsed: pd.Series) -> np.ndarray:
-    return ((parsed - _EPOCH) // _SECOND).to_numpy(dtype=np.int64)
+    """UTC datetimes to epoch seconds (:func:`seconds_from`), kept to the microsecond."""
+    return seconds_from(((parsed - _EPOCH) // _MICROSECOND).to_numpy(dtype=np.int64), 1_000_000)
+
+
+def time_value(seconds: float) -> int | float:
+    """One time in epoch seconds as the time column holds it: an int when whole, else a float."""
+    value = float(seconds)
+    return int(value) if value.is_integer() else value
+
+
+def seconds_from(x: np.ndarray, per_second: int) -> np.ndarray:
+    """Epoch numbers in units of ``1 / per_second`` s to epoch seconds: ``int64`` when every
+    time is a whole second, else ``float64`` so that events within one second keep their
+    order and stay distinct (to about 0.25 µs at today's dates)."""
+    if x.dtype.kind == "f":
+        seconds = x / per_second if per_second != 1 else x
+        whole = np.floor(seconds)
+        return whole.astype(np.int64) if bool((whole == seconds).all()) else seconds
+    whole, part = np.divmod(x, per_second)
+    return whole if not part.any() else whole + part / per_second
 
 
 def _epoch_seconds(
     v: pd.Series, source: str, label: str, fmt: str | None, shown: pd.Series | None = None
 ) -> np.ndarray:
-    """Epoch numbers (int or float) to whole seconds, floored; unit given or inferred."""
+    """Epoch numbers (int or float) to seconds (:func:`seconds_from`); unit given or inferred."""
     shown = v if shown is None else shown
     if pd.api.types.is_float_dtype(v.dtype):
         x = v.to_numpy(dtype=np.float64)
@@ -1069,10 +1093,42 @@ def _epoch_seconds(
     else:
         x = v.to_numpy(dtype=np.int64)
     unit = fmt if fmt is not None else _infer_epoch_unit(x, source, label, shown)
-    per_second = _EPOCH_UNITS[unit]
-    if x.dtype == np.float64:
-        return np.floor(x / per_second).astype(np.int64)
-    return np.floor_divide(x, per_second)
+    if fmt is not None and fmt != "epoch_s" and x.size:
+        size = np.abs(x.astype(np.float64))
+        row = int(np.argmax(size))
+        try:
+            inferred = _infer_epoch_unit(x, source, label, shown)
+        except DataError:
+            inferred = fmt
+        if wrong_unit(float(size[row]), fmt, inferred):
+            raise wrong_unit_error(source, label, fmt, inferred, shown.iloc[row], x[row], row)
+    return seconds_from(x, _EPOCH_UNITS[unit])
+
+
+_YEAR = 365 * 86_400
+
+
+def wrong_unit(largest: float, fmt: str, inferred: str) -> bool:
+    """Whether a given epoch unit ``fmt`` puts every time in 1970 (``largest``: the largest
+    absolute number) while the unit inferred from the numbers puts them later: e.g. ``epoch_ms``
+    set for epoch seconds, which would silently shift every date (and every date cut)."""
+    return largest / _EPOCH_UNITS[fmt] < _YEAR <= largest / _EPOCH_UNITS[inferred]
+
+
+def wrong_unit_error(
+    source: str, label: str, fmt: str, inferred: str, shown: Any, number: float, row: int | None
+) -> DataError:
+    """The one-line error of :func:`wrong_unit` (both engines), with the setting that fixes it."""
+    at = "" if row is None else f" at row {row}"
+    return DataError(
+        f"{source}: column {label} read as {fmt} puts every time in 1970 (e.g. {_show(shown)}"
+        f"{at} is {_iso_utc(float(number) / _EPOCH_UNITS[fmt])}); as {inferred} it is "
+        f"{_iso_utc(float(number) / _EPOCH_UNITS[inferred])}: {_FORMAT_HINT}={inferred}"
+    )
+
+
+def _iso_utc(seconds: float) -> str:
+    return pd.Timestamp(seconds, unit="s", tz="UTC").isoformat()
 
 
 def _infer_epoch_unit(x: np.ndarray, source: str, label: str, shown: pd.Series) -> str:

@@ -80,6 +80,15 @@ def mix(seed: int, *parts: np.ndarray) -> np.ndarray:
     return h
 
 
+def time_words(ts: np.ndarray) -> np.ndarray:
+    """int64 words of event times for :func:`mix`: int64 seconds as they are, float64
+    (sub-second) seconds by their bits, so that times within one second hash apart."""
+    ts = np.asarray(ts)
+    if ts.dtype.kind == "f":
+        return (ts + 0.0).view(np.int64)  # + 0.0: -0.0 as 0.0
+    return ts.astype(np.int64, copy=False)
+
+
 def uniform01(h: np.ndarray) -> np.ndarray:
     """Floats in [0, 1) from uint64 hashes (the top 53 bits)."""
     return (np.asarray(h, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53

@@ -55,10 +55,11 @@ from harness.data import (
     empty_like,
     known_codes,
     remember_codes,
+    time_value,
     timed,
 )
 from harness.errors import DataError
-from harness.hashing import column_hash, content_hash, mix, row_hashes
+from harness.hashing import column_hash, content_hash, mix, row_hashes, time_words
 from metrics.checks import require_choice, require_columns, require_int, require_range
 from metrics.sets import distinct, member
 
@@ -240,11 +241,11 @@ def random_order(df: pd.DataFrame, seed: int) -> np.ndarray:
     """Row positions ordered by the signed int64 hash ``harness.hashing.mix(seed, user, item,
     timestamp, occurrence)``, ties (hash collisions) by user, item, timestamp, occurrence: a
     uniformly random permutation that depends on the events and seed, not on row order."""
-    from harness.hashing import hash_ids, mix
+    from harness.hashing import hash_ids
 
-    ts = df[TIMESTAMP].to_numpy().astype(np.int64)
+    ts = df[TIMESTAMP].to_numpy()
     occ = occurrence(df)
-    h = mix(seed, hash_ids(df[USER]), hash_ids(df[ITEM]), ts, occ).view(np.int64)
+    h = mix(seed, hash_ids(df[USER]), hash_ids(df[ITEM]), time_words(ts), occ).view(np.int64)
     ucode, _ = pd.factorize(df[USER], sort=True)
     icode, _ = pd.factorize(df[ITEM], sort=True)
     return np.lexsort((occ, ts, icode, ucode, h))
@@ -303,7 +304,7 @@ def check_filters(min_user: int, min_item: int, kcore: int, unseen: str) -> None
     require_choice("split.unseen", unseen, UNSEEN_POLICIES)
 
 
-def check_cut_order(cut: Any, valid_cut: Any, cut_s: int, valid_s: int) -> None:
+def check_cut_order(cut: Any, valid_cut: Any, cut_s: float, valid_s: float) -> None:
     """``valid_cut`` before ``cut``: as quantiles when both are (two quantiles may resolve to one
     timestamp on small data: validation is then empty), else as resolved times."""
     both_quantiles = _is_quantile(cut) and _is_quantile(valid_cut)
@@ -512,7 +513,7 @@ def _tie_order(df: pd.DataFrame, coded: Mapping[str, IdCodes] | None = None) -> 
     if len(df) < 2 or not {USER, ITEM, TIMESTAMP} < set(df.columns):
         return None  # only (user, item, timestamp) columns: a repeated event's rows are equal
     words = [_id_words(df[name], (coded or {}).get(name)) for name in (USER, ITEM)]
-    key = mix(0, *words, df[TIMESTAMP].to_numpy().astype(np.int64, copy=False))
+    key = mix(0, *words, time_words(df[TIMESTAMP].to_numpy()))
     ordered = np.sort(key)
     repeated = ordered[1:][ordered[1:] == ordered[:-1]]
     if repeated.size == 0:
@@ -724,9 +725,10 @@ HINT = "use harness.data.validate_interactions"
 
 def _check_frame(df: pd.DataFrame) -> None:
     require_columns(df.columns, (USER, ITEM, TIMESTAMP), "interactions frame", HINT)
-    if not pd.api.types.is_integer_dtype(df[TIMESTAMP].dtype):
+    dtype = df[TIMESTAMP].dtype
+    if not (pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_float_dtype(dtype)):
         raise ValueError(
-            f"column 'timestamp' must hold int64 epoch seconds (got dtype "
+            f"column 'timestamp' must hold epoch seconds, int64 or float64 (got dtype "
             f"{df[TIMESTAMP].dtype}); {HINT}"
         )
 
@@ -748,15 +750,16 @@ def _is_quantile(value: Any) -> bool:
     )
 
 
-def _resolve_time(value: Any, ts: np.ndarray, name: str) -> int:
-    """A cut as epoch seconds: a quantile in (0, 1) of ``ts`` or a date (naive = UTC)."""
+def _resolve_time(value: Any, ts: np.ndarray, name: str) -> int | float:
+    """A cut as epoch seconds (:func:`time_value`): a quantile in (0, 1) of ``ts`` or a date
+    (naive = UTC)."""
     if isinstance(value, bool):
         pass
     elif isinstance(value, float | int | np.floating | np.integer):
         if 0.0 < float(value) < 1.0:
             if ts.size == 0:
                 raise ValueError(f"'{name}' is a quantile but the frame is empty")
-            return int(np.quantile(ts, float(value), method="higher"))
+            return time_value(np.quantile(ts, float(value), method="higher"))
     elif isinstance(value, str | dt.datetime | dt.date | pd.Timestamp):
         try:
             stamp = pd.Timestamp(value)
@@ -766,12 +769,11 @@ def _resolve_time(value: Any, ts: np.ndarray, name: str) -> int:
             raise ValueError(f"'{name}' is not a parsable date (got {value!r})")
         if stamp.tzinfo is None:
             stamp = stamp.tz_localize("UTC")
-        seconds = (stamp - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)
-        return int(np.ceil(seconds))
+        return time_value((stamp - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(microseconds=1) / 1e6)
     raise ValueError(f"'{name}' must be a date string or a quantile in (0, 1) (got {value!r})")
 
 
-def _iso(seconds: int) -> str:
+def _iso(seconds: float) -> str:
     return pd.Timestamp(seconds, unit="s", tz="UTC").isoformat()
 
 
@@ -916,8 +918,8 @@ def check_usable(split: Split, frame: pd.DataFrame | None = None) -> Split:
     s = split.stats
     name = f"split {split.name}"
     ts = None if frame is None or len(frame) == 0 else frame[TIMESTAMP].to_numpy()
-    first = int(ts.min()) if ts is not None else s.get("train_time_min")
-    last = int(ts.max()) if ts is not None else s.get("train_time_max")
+    first = time_value(ts.min()) if ts is not None else s.get("train_time_min")
+    last = time_value(ts.max()) if ts is not None else s.get("train_time_max")
     if s.get("n_train_events", 1) == 0:
         if ts is not None and first is not None and first == last:
             raise DataError(
@@ -974,8 +976,8 @@ def _describe(
         stats[f"n_{part_name}_events"] = len(part)
         stats[f"n_{part_name}_users"] = _nunique(part[USER])
         stats[f"n_{part_name}_items"] = _nunique(part[ITEM])
-        stats[f"{part_name}_time_min"] = int(ts.min()) if ts.size else None
-        stats[f"{part_name}_time_max"] = int(ts.max()) if ts.size else None
+        stats[f"{part_name}_time_min"] = time_value(ts.min()) if ts.size else None
+        stats[f"{part_name}_time_max"] = time_value(ts.max()) if ts.size else None
     for part_name, part in (("test", test), ("valid", valid)):
         pairs, in_train = _pairs_in_train(train, part)
         stats[f"n_{part_name}_pairs"] = pairs

@@ -224,47 +224,90 @@ def _shown(value: Any) -> str:
 
 
 def _epoch_seconds(
-    df: DataFrame, x: Column, raw: Column, source: str, label: str, fmt: str | None
+    df: DataFrame,
+    x: Column,
+    raw: Column,
+    source: str,
+    label: str,
+    fmt: str | None,
+    *,
+    integral: bool,
 ) -> Column:
-    """Epoch numbers to whole seconds, floored; the unit given or inferred as in
-    :func:`harness.data._infer_epoch_unit` (milliseconds when every value is in [1e11, 1e14))."""
+    """Epoch numbers to seconds as :func:`harness.data.seconds_from` makes them (bigint when
+    every time is whole, else double); the unit given or inferred as in
+    :func:`harness.data._infer_epoch_unit` (milliseconds when every value is in [1e11, 1e14)),
+    a given unit that puts every time in 1970 refused as there. One aggregate job."""
     from pyspark.sql import functions as sf
 
-    from harness.data import _EPOCH_UNITS, _FORMAT_HINT
+    from harness.data import _EPOCH_UNITS, _FORMAT_HINT, wrong_unit, wrong_unit_error
     from harness.errors import DataError
 
     size = sf.abs(x.cast("double"))
-    unit = fmt
-    if unit is None:
-        big, huge = size >= sf.lit(1e11), size >= sf.lit(1e14)
-        row = _one_row(
-            df,
-            sf.count(sf.lit(1)).alias("n"),
-            sf.count(sf.when(big, 1)).alias("big"),
-            sf.count(sf.when(huge, 1)).alias("huge"),
-            sf.first(sf.when(~big, raw), ignorenulls=True).alias("small_e"),
-            sf.first(sf.when(big, raw), ignorenulls=True).alias("big_e"),
-            sf.first(sf.when(huge, raw), ignorenulls=True).alias("huge_e"),
+    big, huge = size >= sf.lit(1e11), size >= sf.lit(1e14)
+    row = _one_row(
+        df,
+        sf.count(sf.lit(1)).alias("n"),
+        sf.count(sf.when(big, 1)).alias("big"),
+        sf.count(sf.when(huge, 1)).alias("huge"),
+        sf.first(sf.when(~big, raw), ignorenulls=True).alias("small_e"),
+        sf.first(sf.when(big, raw), ignorenulls=True).alias("big_e"),
+        sf.first(sf.when(huge, raw), ignorenulls=True).alias("huge_e"),
+        sf.max_by(sf.struct(raw.alias("raw"), x.alias("x")), size).alias("largest"),
+        *[
+            sf.count(sf.when(_seconds(x, p, integral)[2], 1)).alias(f"part_{name}")
+            for name, p in _EPOCH_UNITS.items()
+        ],
+    )
+    n, n_big, n_huge = int(row["n"]), int(row["big"]), int(row["huge"])
+    if n_big == 0:
+        inferred = "epoch_s"
+    elif n_big == n and n_huge == 0:
+        inferred = "epoch_ms"
+    elif fmt is not None:
+        inferred = fmt
+    elif n_big == n:
+        raise DataError(
+            f"{source}: column {label} has {n_huge} epoch number(s) too large for seconds or "
+            f"milliseconds, e.g. {_shown(row['huge_e'])}; {_FORMAT_HINT}=epoch_us or epoch_ns"
         )
-        n, n_big, n_huge = int(row["n"]), int(row["big"]), int(row["huge"])
-        if n_big == 0:
-            unit = "epoch_s"
-        elif n_big == n and n_huge == 0:
-            unit = "epoch_ms"
-        elif n_big == n:
-            raise DataError(
-                f"{source}: column {label} has {n_huge} epoch number(s) too large for seconds or "
-                f"milliseconds, e.g. {_shown(row['huge_e'])}; {_FORMAT_HINT}=epoch_us or epoch_ns"
-            )
-        else:
-            raise DataError(
-                f"{source}: column {label} mixes epoch magnitudes: {_shown(row['small_e'])} reads "
-                f"as seconds, {_shown(row['big_e'])} as milliseconds; {_FORMAT_HINT}"
-            )
-    per_second = _EPOCH_UNITS[unit]
-    if per_second == 1:
-        return sf.floor(x).cast("bigint")
-    return sf.floor(x.cast("double") / sf.lit(float(per_second))).cast("bigint")
+    else:
+        raise DataError(
+            f"{source}: column {label} mixes epoch magnitudes: {_shown(row['small_e'])} reads "
+            f"as seconds, {_shown(row['big_e'])} as milliseconds; {_FORMAT_HINT}"
+        )
+    unit = fmt if fmt is not None else inferred
+    largest = row["largest"]
+    if fmt is not None and largest is not None and fmt != "epoch_s":
+        number = float(largest["x"])
+        if wrong_unit(abs(number), fmt, inferred):
+            raise wrong_unit_error(source, label, fmt, inferred, largest["raw"], number, None)
+    seconds, whole, _ = _seconds(x, _EPOCH_UNITS[unit], integral)
+    return seconds if int(row[f"part_{unit}"]) else whole
+
+
+def _seconds(x: Column, per_second: int, integral: bool) -> tuple[Column, Column, Column]:
+    """Epoch numbers in units of ``1 / per_second`` s (bigint when ``integral``, else double)
+    as seconds by the arithmetic of :func:`harness.data.seconds_from`: the double seconds,
+    the whole seconds (bigint) and whether the time is not a whole second."""
+    from pyspark.sql import functions as sf
+
+    if integral:
+        part = sf.pmod(x, sf.lit(per_second))
+        whole = ((x - part) / sf.lit(per_second)).cast("bigint")  # exact: a multiple of it
+        seconds = whole.cast("double") + part.cast("double") / sf.lit(float(per_second))
+        return seconds, whole, part != sf.lit(0)
+    seconds = x if per_second == 1 else x / sf.lit(float(per_second))
+    return seconds, sf.floor(seconds).cast("bigint"), seconds != sf.floor(seconds)
+
+
+def _time_seconds(df: DataFrame, t: Column) -> Column:
+    """Spark timestamps as seconds the way :func:`harness.data._to_seconds` makes them: from
+    their microseconds, bigint when every time is whole, else double. One aggregate job."""
+    from pyspark.sql import functions as sf
+
+    seconds, whole, sub_second = _seconds(sf.unix_micros(t), 1_000_000, integral=True)
+    row = _one_row(df, sf.count(sf.when(sub_second, 1)).alias("part"))
+    return seconds if int(row["part"]) else whole
 
 
 def _date_text(df: DataFrame, text: Column, raw: Column, source: str, label: str) -> Column:
@@ -308,7 +351,7 @@ def _date_text(df: DataFrame, text: Column, raw: Column, source: str, label: str
                 f"and as {fits[1]!r}, e.g. {_shown(example)}; {_FORMAT_HINT}"
             )
         if fits:
-            return sf.unix_timestamp(parse(fits[0]))
+            return _time_seconds(df, parse(fits[0]))
     best = min(range(len(fmts)), key=lambda k: (int(row[f"bad{k}"]), k))
     n_bad = int(row[f"bad{best}"])
     numeric = _one_row(df, sf.count(sf.when(~text.rlike(_NUMBER), 1)).alias("off"))
@@ -331,8 +374,9 @@ def _date_text(df: DataFrame, text: Column, raw: Column, source: str, label: str
 def _timestamp_seconds(
     df: DataFrame, source: str, label: str, fmt: str | None
 ) -> tuple[Column, list[tuple[str, str, Column]]]:
-    """The ``timestamp`` column as int64 epoch seconds by the rules of
-    :func:`harness.data._normalize_timestamps` (one format per column), and its row checks."""
+    """The ``timestamp`` column as epoch seconds (bigint, or double for sub-second times) by the
+    rules of :func:`harness.data._normalize_timestamps` (one format per column), and its row
+    checks."""
     from pyspark.sql import functions as sf
     from pyspark.sql import types as st
 
@@ -344,7 +388,7 @@ def _timestamp_seconds(
     checks: list[tuple[str, str, Column]] = [("timestamp", "null timestamp(s)", ts.isNull())]
     given = fmt if fmt in _EPOCH_UNITS else None
     if isinstance(dtype, st.TimestampType | st.TimestampNTZType | st.DateType):
-        return sf.unix_timestamp(ts.cast("timestamp")), checks
+        return _time_seconds(df, ts.cast("timestamp")), checks
     if _is_integer_type(dtype) or isinstance(dtype, st.FloatType | st.DoubleType | st.DecimalType):
         x = ts.cast("double") if not _is_integer_type(dtype) else ts.cast("bigint")
         if not _is_integer_type(dtype):
@@ -353,7 +397,13 @@ def _timestamp_seconds(
             )
             checks.append(("timestamp", "unparsable timestamp(s)", bad))
             _raise_first(df, source, checks)
-        return _epoch_seconds(df.filter(ts.isNotNull()), x, ts, source, label, given), checks
+        integral = _is_integer_type(dtype)
+        return (
+            _epoch_seconds(
+                df.filter(ts.isNotNull()), x, ts, source, label, given, integral=integral
+            ),
+            checks,
+        )
     if not isinstance(dtype, st.StringType):
         raise DataError(
             f"{source}: column {label} holds {dtype.simpleString()} values; timestamps must be "
@@ -373,7 +423,7 @@ def _timestamp_seconds(
                 parsed.isNull(),
             )
         )
-        return sf.unix_timestamp(parsed), checks
+        return _time_seconds(df, parsed), checks
     row = _one_row(
         df,
         sf.count(sf.when(~text.rlike(_DIGITS), 1)).alias("not_digits"),
@@ -382,10 +432,10 @@ def _timestamp_seconds(
     )
     if int(row["not_digits"]) == 0:
         x = sf.regexp_replace(text, r"^\+", "").try_cast("bigint")
-        return _epoch_seconds(df, x, ts, source, label, given), checks
+        return _epoch_seconds(df, x, ts, source, label, given, integral=True), checks
     if int(row["not_numbers"]) == 0:
         x = text.try_cast("double")
-        return _epoch_seconds(df, x, ts, source, label, given), checks
+        return _epoch_seconds(df, x, ts, source, label, given, integral=False), checks
     if fmt is not None:
         raise DataError(
             f"{source}: column {label} has {int(row['not_numbers'])} timestamp(s) not in the "

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from harness.data import time_value
 from harness.split import HINT
 from metrics.checks import require_columns, require_int
 
@@ -35,13 +37,15 @@ class SparkSplit:
 
 
 def _check_interactions(df: DataFrame) -> None:
+    from pyspark.sql import types as st
+
     from harness.spark.io import _is_integer_type
 
     require_columns(df.columns, ("user", "item", "timestamp"), "interactions frame", HINT)
     dtype = df.schema["timestamp"].dataType
-    if not _is_integer_type(dtype):
+    if not (_is_integer_type(dtype) or isinstance(dtype, st.DoubleType)):
         raise ValueError(
-            f"column 'timestamp' must hold int64 epoch seconds (got type "
+            f"column 'timestamp' must hold epoch seconds, bigint or double (got type "
             f"{dtype.simpleString()}); {HINT}"
         )
 
@@ -51,7 +55,7 @@ def _quantile_index(n: int, q: float) -> int:
     return int(np.ceil((n - 1) * np.float64(q)))
 
 
-def _kth_smallest(df: DataFrame, column: str, index: int, n: int) -> int:
+def _kth_smallest(df: DataFrame, column: str, index: int, n: int) -> Any:
     """The exact value at 0-based rank ``index`` of ``column`` (``n`` non-null values).
 
     ``approxQuantile`` brackets the rank; one aggregation then counts the values below the
@@ -60,7 +64,10 @@ def _kth_smallest(df: DataFrame, column: str, index: int, n: int) -> int:
     """
     from pyspark.sql import functions as sf
 
+    from harness.spark.io import _is_integer_type
+
     col = sf.col(column)
+    exact: Callable[[Any], Any] = int if _is_integer_type(df.schema[column].dataType) else float
     eps = float(np.clip(2000.0 / max(n, 1), 1e-5, 1e-2))
     while True:
         p = (index + 0.5) / n
@@ -71,21 +78,21 @@ def _kth_smallest(df: DataFrame, column: str, index: int, n: int) -> int:
         hi = next(found) if 0.0 < hi_p < 1.0 else None
         inside = col.isNotNull()
         if lo is not None:
-            inside &= col >= sf.lit(int(lo))
+            inside &= col >= sf.lit(exact(lo))
         if hi is not None:
-            inside &= col <= sf.lit(int(hi))
-        below = sf.count(sf.when(col < sf.lit(int(lo)), 1)) if lo is not None else sf.lit(0)
+            inside &= col <= sf.lit(exact(hi))
+        below = sf.count(sf.when(col < sf.lit(exact(lo)), 1)) if lo is not None else sf.lit(0)
         row = df.agg(below.alias("below"), sf.collect_list(sf.when(inside, col)).alias("w")).first()
         if row is None:  # an aggregate always returns one row
             raise RuntimeError("Spark returned no row for a quantile window aggregate")
-        window = sorted(int(v) for v in row["w"])
+        window = sorted(exact(v) for v in row["w"])
         at = index - int(row["below"])
         if 0 <= at < len(window):
             return window[at]
         eps *= 8
 
 
-def _resolve_cut(df: DataFrame, value: Any, name: str) -> int:
+def _resolve_cut(df: DataFrame, value: Any, name: str) -> int | float:
     """A cut in epoch seconds, resolved exactly as :func:`harness.split.global_time` does."""
     from harness.split import _is_quantile, _resolve_time
 
@@ -95,7 +102,7 @@ def _resolve_cut(df: DataFrame, value: Any, name: str) -> int:
         n = df.filter(sf.col("timestamp").isNotNull()).count()
         if n == 0:
             raise ValueError(f"'{name}' is a quantile but the frame is empty")
-        return _kth_smallest(df, "timestamp", _quantile_index(n, float(value)), n)
+        return time_value(_kth_smallest(df, "timestamp", _quantile_index(n, float(value)), n))
     return _resolve_time(value, np.zeros(0, dtype=np.int64), name)
 
 
@@ -214,13 +221,13 @@ def _random_keys(df: DataFrame, seed: int) -> DataFrame:
     from pyspark.sql import functions as sf
     from pyspark.sql.functions import pandas_udf
 
-    from harness.hashing import hash_ids, mix
+    from harness.hashing import hash_ids, mix, time_words
 
     seed = int(seed)
 
     @pandas_udf("long")  # type: ignore[call-overload, untyped-decorator, misc]
     def _hash(u: pd.Series, i: pd.Series, t: pd.Series, o: pd.Series) -> pd.Series:
-        h = mix(seed, hash_ids(u), hash_ids(i), t.to_numpy(np.int64), o.to_numpy(np.int64))
+        h = mix(seed, hash_ids(u), hash_ids(i), time_words(t.to_numpy()), o.to_numpy(np.int64))
         return pd.Series(h.view(np.int64))
 
     same = Window.partitionBy("user", "item", "timestamp")
@@ -390,8 +397,8 @@ def _describe_row(row: Any, prefix: str, name: str) -> dict[str, Any]:
         f"n_{name}_events": int(row[f"{prefix}_events"]),
         f"n_{name}_users": int(row[f"{prefix}_users"]),
         f"n_{name}_items": int(row[f"{prefix}_items"]),
-        f"{name}_time_min": None if tmin is None else int(tmin),
-        f"{name}_time_max": None if tmax is None else int(tmax),
+        f"{name}_time_min": None if tmin is None else time_value(tmin),
+        f"{name}_time_max": None if tmax is None else time_value(tmax),
     }
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from harness.data import load_interactions, validate_interactions
 from harness.errors import DataError
+from harness.split import leave_one_out
 
 UTC = dt.UTC
 
@@ -349,16 +350,20 @@ def test_a_row_off_the_column_format_names_file_row_and_value(
 
 def test_epoch_milliseconds_are_inferred_and_units_can_be_given(tmp_path: Path) -> None:
     path = write(tmp_path, "user,item,timestamp\n1,1,1700000000123\n1,2,1700000001999\n")
-    assert load_interactions(path)["timestamp"].tolist() == [1_700_000_000, 1_700_000_001]
+    # sub-second times stay sub-second: float seconds (they were floored to whole seconds)
+    assert load_interactions(path)["timestamp"].tolist() == [1_700_000_000.123, 1_700_000_001.999]
     assert load_interactions(path, timestamp_format="epoch_ms")["timestamp"].tolist() == [
-        1_700_000_000,
-        1_700_000_001,
+        1_700_000_000.123,
+        1_700_000_001.999,
     ]
+    whole = write(tmp_path, "user,item,timestamp\n1,1,1700000000000\n1,2,1700000001000\n", "w.csv")
+    read = load_interactions(whole)["timestamp"]
+    assert read.dtype == np.int64 and read.tolist() == [1_700_000_000, 1_700_000_001]
     micro = write(tmp_path, "user,item,timestamp\n1,1,1700000000123456\n", "micro.csv")
     with pytest.raises(DataError, match=r"micro\.csv.*'1700000000123456' at row 0.*epoch_us"):
         load_interactions(micro)
     assert load_interactions(micro, timestamp_format="epoch_us")["timestamp"].tolist() == [
-        1_700_000_000
+        1_700_000_000.123456
     ]
     mixed = write(tmp_path, "user,item,timestamp\n1,1,1700000000\n1,2,1700000000500\n", "mix.csv")
     with pytest.raises(DataError, match=r"mix\.csv: column 'timestamp' mixes epoch magnitudes"):
@@ -368,6 +373,64 @@ def test_epoch_milliseconds_are_inferred_and_units_can_be_given(tmp_path: Path) 
     frame.to_parquet(tmp_path / "ms.parquet")
     with pytest.raises(DataError, match=r"ms\.parquet: column 'timestamp' mixes epoch"):
         load_interactions(tmp_path / "ms.parquet")
+
+
+def test_sub_second_times_keep_their_order_and_stay_distinct(tmp_path: Path) -> None:
+    """Found by a walkthrough: times were floored to whole seconds, so two events in one second
+    tied (leave_one_out then held out the smaller item id, not the later event) and two
+    distinct millisecond events counted as one repeated event."""
+    rows = []
+    for u in range(4):  # each user's last two events 300 ms apart within one second
+        t = 1_700_000_000_000 + 10_000 * u
+        rows += [(u, 90, t - 5000), (u, 80, t + 200), (u, 10, t + 500)]
+    text = "user,item,timestamp\n" + "".join(f"{u},{i},{t}\n" for u, i, t in rows)
+    loaded = load_interactions(write(tmp_path, text))
+    assert loaded["timestamp"].dtype == np.float64
+    test = leave_one_out(loaded, min_history=1).test
+    assert sorted(test["item"].tolist()) == [10] * 4  # the latest event, not the smaller id
+    # the same times as ISO text, as datetimes in Parquet and as float epoch seconds
+    iso = pd.to_datetime([t for _, _, t in rows], unit="ms", utc=True)
+    variants = {
+        "iso.csv": [x.isoformat() for x in iso],
+        "dates.parquet": iso,
+        "seconds.parquet": [t / 1000 for _, _, t in rows],
+    }
+    for name, times in variants.items():
+        frame = pd.DataFrame(rows, columns=["user", "item", "timestamp"]).assign(timestamp=times)
+        if name.endswith(".csv"):
+            frame.to_csv(tmp_path / name, index=False)
+        else:
+            frame.to_parquet(tmp_path / name)
+        got = load_interactions(tmp_path / name)
+        np.testing.assert_allclose(got["timestamp"], loaded["timestamp"], rtol=0, atol=1e-6)
+    # distinct events 1 ms apart are not repeats; the same millisecond twice still is
+    pair = "user,item,timestamp\n1,1,1700000000001\n1,1,1700000000002\n"
+    assert len(load_interactions(write(tmp_path, pair, "pair.csv"))) == 2
+    twice = write(tmp_path, pair.replace("002", "001"), "twice.csv")
+    with pytest.raises(DataError, match=r"duplicate events"):
+        load_interactions(twice)
+
+
+def test_a_given_epoch_unit_that_puts_every_time_in_1970_is_refused(tmp_path: Path) -> None:
+    """Found by a walkthrough: epoch_ms set for epoch seconds silently dated every event in
+    January 1970 (and moved every date cut)."""
+    path = write(tmp_path, "user,item,timestamp\n1,1,1700000000\n1,2,1700000100\n")
+    with pytest.raises(DataError) as info:
+        load_interactions(path, timestamp_format="epoch_ms")
+    assert str(info.value) == (
+        f"{path}: column 'timestamp' read as epoch_ms puts every time in 1970 (e.g. "
+        "'1700000100' at row 1 is 1970-01-20T16:13:20.100000+00:00); as epoch_s it is "
+        "2023-11-14T22:15:00+00:00: set dataset.timestamp_format=epoch_s"
+    )
+    ms = write(tmp_path, "user,item,timestamp\n1,1,1700000000123\n", "ms.csv")
+    with pytest.raises(DataError, match=r"read as epoch_us .* as epoch_ms it is 2023-11-14T"):
+        load_interactions(ms, timestamp_format="epoch_us")
+    # small times are 1970 whatever the unit: a given unit is taken as it is
+    small = write(tmp_path, "user,item,timestamp\n1,1,5\n1,2,1500\n", "small.csv")
+    assert load_interactions(small, timestamp_format="epoch_ms")["timestamp"].tolist() == [
+        0.005,
+        1.5,
+    ]
 
 
 def test_strftime_format_from_config_and_unknown_format(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def frame(part: Any, drop_row: bool = False) -> pd.DataFrame:
     out = part.toPandas() if hasattr(part, "toPandas") else part.copy()
     if drop_row:
         out = out.drop(columns=[c for c in ("row",) if c in out.columns])
-    ints = [c for c in ("timestamp", "row") if c in out.columns]
+    ints = [c for c in ("timestamp", "row") if c in out.columns and out[c].dtype.kind != "f"]
     out = out.astype(dict.fromkeys(ints, "int64"))
     if out["user"].dtype.kind != "i":
         out = out.astype({"user": object, "item": object})
@@ -84,6 +84,14 @@ CASES = [
     for i, (m, p) in enumerate(METHODS)
     for j, f in enumerate(FILTERS)
 ]
+
+
+def subsecond_events() -> pd.DataFrame:
+    """:func:`events` with times in milliseconds: many users' events fall within one second
+    (float seconds), with exact repeats at one millisecond."""
+    df = events("int")
+    ms = df["timestamp"] // 86_400 * 1000 + (df["row"] * 7919) % 3000
+    return df.assign(timestamp=ms / 1000)
 
 
 @pytest.fixture
@@ -139,6 +147,21 @@ def test_split_rows_and_stats_equal_the_in_process_split(
         assert want.stats["test_pairs_in_train"] > 0
     if unseen == "drop" and want.stats["test_unseen_events"]:
         assert want.stats["test_dropped_events"] == want.stats["test_unseen_events"]
+
+
+def test_sub_second_splits_equal_the_in_process_ones(few_partitions: Any) -> None:
+    """Float (sub-second) times: the same rows and stats from every method on both engines."""
+    from harness.spark.split import apply_filters_spark, method_split_spark
+
+    df = subsecond_events()
+    assert df["timestamp"].dtype == np.float64
+    sdf = few_partitions.createDataFrame(df)
+    for method, params in METHODS:
+        want = hsplit.make_split(df, method, **params)
+        got = apply_filters_spark(method_split_spark(sdf, method, **params))
+        same_parts(got, want, drop_row=method == "random")
+        assert got.stats == want.stats, (method, got.stats, want.stats)
+        assert want.test["timestamp"].dtype == np.float64
 
 
 def test_make_split_spark_fills_defaults_and_checks_params(few_partitions: Any) -> None:
@@ -260,6 +283,44 @@ def test_read_interactions_gives_the_loaders_rows_and_types(spark: Any, tmp_path
             GOOD.assign(timestamp=[1673604000123, 1673695800999, 1675328700000, 1677628800000]),
             {},
         ),
+        "epoch_ms_whole.csv": (
+            GOOD.assign(timestamp=[1673604000000, 1673695800000, 1675328700000, 1677628800000]),
+            {},
+        ),
+        "epoch_us.csv": (
+            GOOD.assign(timestamp=[1673604000123456, 1673695800999999, -1, 1677628800000001]),
+            {"timestamp_format": "epoch_us"},
+        ),
+        "float_seconds.parquet": (
+            GOOD.assign(timestamp=[1673604000.25, 1673695800.5, 1675328700.0, 1677628800.125]),
+            {},
+        ),
+        "iso_fraction.csv": (
+            GOOD.assign(
+                timestamp=[
+                    "2023-01-13T10:00:00.123456Z",
+                    "2023-01-14T11:30:00.5",
+                    "2023-02-02T09:05:00",
+                    "2023-03-01T00:00:00.001+01:00",
+                ]
+            ),
+            {},
+        ),
+        "datetimes.parquet": (
+            GOOD.assign(
+                timestamp=pd.to_datetime(
+                    [
+                        "2023-01-13 10:00:00.25",
+                        "2023-01-14 00:00:00",
+                        "2023-02-02 00:00:00",
+                        "2023-03-01 00:00:00",
+                    ],
+                    utc=True,
+                    format="ISO8601",
+                )
+            ),
+            {},
+        ),
         "floats.parquet": (GOOD.assign(user=[42.0, 42.0, 7.0, 8.0], item=[1.5, 2.0, 2.0, 3.0]), {}),
         "renamed.csv": (
             GOOD.rename(columns={"user": "uid", "timestamp": "when"}),
@@ -306,7 +367,7 @@ def test_read_interactions_gives_the_loaders_rows_and_types(spark: Any, tmp_path
         _write(frame_, path)
         want = hdata.load_interactions(path, rating_range=(1, 5), **kw)
         got = read_interactions(spark, str(path), rating_range=(1, 5), **kw).toPandas()
-        for col in ("user", "item"):
+        for col in ("user", "item", "timestamp"):
             assert (got[col].dtype.kind == "i") == (want[col].dtype.kind == "i"), (name, col)
         pd.testing.assert_frame_equal(
             frame(got, drop_row=True), frame(want, drop_row=True), check_dtype=False, obj=name
@@ -421,6 +482,23 @@ def test_read_interactions_gives_the_loaders_one_line_errors(
     message = str(got.value)
     assert "\n" not in message and message.startswith(str(path))
     assert message == _without_rows(str(want.value))
+
+
+def test_a_given_epoch_unit_that_puts_every_time_in_1970_is_the_same_error(
+    spark: Any, tmp_path: Any
+) -> None:
+    from harness import data as hdata
+    from harness.errors import DataError
+    from harness.spark.io import read_interactions
+
+    path = tmp_path / "seconds.csv"
+    _write(GOOD.assign(timestamp=[1673604000, 1673695800, 1675328700, 1677628800]), path)
+    with pytest.raises(DataError) as want:
+        hdata.load_interactions(path, timestamp_format="epoch_ms")
+    with pytest.raises(DataError) as got:
+        read_interactions(spark, str(path), timestamp_format="epoch_ms")
+    assert "timestamp_format=epoch_s" in str(got.value)
+    assert str(got.value) == _without_rows(str(want.value))
 
 
 def test_a_repeated_pair_without_timestamps_is_the_same_error_on_both_engines(
