@@ -20,7 +20,7 @@ import pandas as pd
 
 from metrics.checks import require_choice
 from metrics.evaluate import Evaluation, evaluate
-from metrics.io import FORMATS, read_qrels, read_run
+from metrics.io import FORMATS, align_ids, read_qrels, read_run
 from metrics.options import CHOICES, PRESETS
 from metrics.registry import list_metrics, parse
 
@@ -288,7 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def scored(run: Path) -> Evaluation:
         """``run`` evaluated; an error about the data names the file it is in."""
         try:
-            return evaluate(qrels, read_run(run, args.format), names, preset=args.preset, **options)
+            truth, ranked = align_ids(qrels, read_run(run, args.format))
+            return evaluate(truth, ranked, names, preset=args.preset, **options)
         except ValueError as err:
             text = str(err)
             for what, path in (("run", run), ("qrels", args.qrels)):

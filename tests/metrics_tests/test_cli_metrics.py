@@ -147,3 +147,55 @@ def test_bad_second_run_is_one_line_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error:"), proc.stderr
     assert "missing.csv" in proc.stderr
+
+
+def _write_tables(tmp_path: Path, qrels: list[tuple[str, str, int]], run: list[tuple]) -> dict:
+    """The same truth and run as TREC, CSV and Parquet (ids as written in the text files)."""
+    q = pd.DataFrame(qrels, columns=["user", "item", "relevance"])
+    r = pd.DataFrame(run, columns=["user", "item", "score"])
+    (tmp_path / "q.trec").write_text("".join(f"{u} 0 {i} {v}\n" for u, i, v in qrels))
+    (tmp_path / "r.trec").write_text("".join(f"{u} Q0 {i} 0 {s} t\n" for u, i, s in run))
+    q.to_csv(tmp_path / "q.csv", index=False)
+    r.to_csv(tmp_path / "r.csv", index=False)
+    return {"trec": ("q.trec", "r.trec"), "csv": ("q.csv", "r.csv")}
+
+
+def test_trec_and_csv_files_of_the_same_data_give_the_same_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a walkthrough: TREC ids were read as text and CSV ids as integers, so tied
+    scores were ordered differently ("10" < "9" as text) and the same data scored differently.
+    References by hand. Integer ids: user 1's relevant item 10 ties with item 9; the default tie
+    rule (item id ascending, integers as numbers, as the harness reads integral ids) puts 9
+    first, so nDCG@10 = 1/log2(3). Text ids: ``007`` is not the number 7 (pandas made it 7);
+    as text it sorts before ``8``, so the relevant ``8`` is second: 1/log2(3) again."""
+    cases = {
+        "int": ([("1", "10", 1)], [("1", "9", 1.0), ("1", "10", 1.0)]),
+        "text": ([("1", "8", 1)], [("1", "8", 1.0), ("1", "007", 1.0)]),
+    }
+    for name, (qrels, run) in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        tables = {}
+        for kind, (q, r) in _write_tables(folder, qrels, run).items():
+            out = folder / f"per_user_{kind}.csv"
+            args = [str(folder / q), str(folder / r), "-m", "ndcg@10", "--per-user", str(out)]
+            assert main(args) == 0, capsys.readouterr()
+            tables[kind] = pd.read_csv(out, dtype={"user": str}).set_index("user")["ndcg@10"]
+        pd.testing.assert_series_equal(tables["trec"], tables["csv"], obj=name)
+        assert tables["csv"]["1"] == pytest.approx(1 / np.log2(3), abs=1e-12), name
+
+
+def test_ids_written_two_ways_among_text_ids_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    qrels = [("1", "70", 1), ("1", "abc", 1)]
+    run = [("1", "70", 1.0), ("1", "70.0", 1.0), ("1", "abc", 0.5)]
+    for kind, (q, r) in _write_tables(tmp_path, qrels, run).items():
+        assert main([str(tmp_path / q), str(tmp_path / r), "-m", "ndcg@10"]) == 2
+        err = capsys.readouterr().err.strip()
+        column = "doc" if kind == "trec" else "item"
+        assert err.endswith(
+            f"{tmp_path / r}: column {column!r} has ids '70' and '70.0' that differ only in "
+            "number formatting (the ids are text); write each id one way"
+        ), err

@@ -85,12 +85,13 @@ def test_reproduces_trec_eval_output(name, evaluations):
     required = REQUIRED_COMMENT if name == "out.comment.test" else REQUIRED
     assert required <= set(expected["measure"]), "reference lacks measures METRICS.md requires"
     mismatches = []
+    per_user = ev.per_user.set_axis(ev.per_user.index.astype(str))  # topics read as numbers
     for row in expected.itertuples(index=False):
         if row.query == "all":
             got = ev.summary[row.ours]
         else:
-            assert row.query in ev.per_user.index, f"query {row.query} missing from per_user"
-            got = ev.per_user.loc[row.query, row.ours]
+            assert row.query in per_user.index, f"query {row.query} missing from per_user"
+            got = per_user.loc[row.query, row.ours]
         if not close_to_printed(float(got), row.value):
             mismatches.append(f"{row.measure} {row.query}: expected {row.value}, got {got!r}")
     assert not mismatches, "\n".join(mismatches)
@@ -118,7 +119,7 @@ def test_aqc_missing_topic_scores_zero(evaluations):
     # results.trunc has no line for topic 302: with -c (user_set=truth) it counts as 0
     _, ev = evaluations["out.test.aqc"]
     assert ev.counts["users_missing_from_run"] == 1
-    row = ev.per_user.loc["302"]
+    row = ev.per_user.loc[302]
     assert row["map"] == 0.0
     assert row["num_ret"] == 0.0
     assert row["num_rel"] == 77  # out.test.aqc: num_rel 302 77
@@ -129,7 +130,7 @@ def test_without_c_the_missing_topic_is_dropped():
     qrels = metrics.read_trec_qrels(REFERENCE / "qrels.test")
     run = metrics.read_trec_run(REFERENCE / "results.trunc")
     ev = metrics.evaluate(qrels, run, ["map", "num_ret"], preset="trec_eval")
-    assert sorted(ev.per_user.index) == ["301", "303"]
+    assert sorted(ev.per_user.index) == [301, 303]
     # per-query values of out.test.aqc, averaged over the two topics trec_eval would keep
     assert abs(ev.summary["map"] - (0.0324 + 0.2723) / 2) <= 1e-4
     assert ev.summary["num_ret"] == 584
