@@ -10,7 +10,7 @@ from __future__ import annotations
 from metrics import definitions as _definitions  # noqa: F401  (registers every metric)
 from metrics.evaluate import Evaluation, State, evaluate, finish_state, merge_states
 from metrics.gsb import GSB, gsb, gsb_from_labels
-from metrics.io import read_qrels, read_run, read_trec_qrels, read_trec_run
+from metrics.io import align_ids, read_qrels, read_run, read_trec_qrels, read_trec_run
 from metrics.judged import Judged
 from metrics.options import PRESETS, Options, resolve_options
 from metrics.registry import MetricDef, MetricSpec, list_metrics, parse
@@ -34,6 +34,7 @@ __all__ = [
     "MetricSpec",
     "Options",
     "State",
+    "align_ids",
     "evaluate",
     "finish_state",
     "gsb",
