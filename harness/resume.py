@@ -1,7 +1,7 @@
 """Resuming a run: its results folder, and the models it finished, are reused.
 
 ``resume=FOLDER`` picks up an INCOMPLETE results folder, or a finished one in which a model
-failed; ``resume=last`` the newest such folder of the experiment whose config is this run's. The
+failed; ``resume=last`` the newest such folder of the experiment that this run can resume. The
 data and split must be the same (the split key of ``run.json``) and so must every setting that
 shapes the numbers; only ``model`` may differ: a model whose config is unchanged and that
 finished is reused, the others (new, changed, failed or cut off) run again. Progress bars,
@@ -129,23 +129,25 @@ def _mismatch(folder: Path, key: str, config: Mapping[str, Any]) -> str | None:
 
 
 def _last(runs_dir: Path, name: str, key: str, config: Mapping[str, Any]) -> Path:
-    """The newest folder of experiment ``name`` run with exactly ``config`` that was interrupted
-    or in which a model failed."""
+    """The newest folder of experiment ``name`` that was interrupted or in which a model failed,
+    run with this ``config`` but for ``model`` (which may differ, as with ``resume=FOLDER``)."""
     parent = runs_dir / "results" / safe_component(name)
     folders = sorted(parent.iterdir(), reverse=True) if parent.is_dir() else []
     tried = [folder for folder in folders if _resumable(folder)]
+    newest: str | None = None  # why the newest such folder does not fit, for the error
     for folder in tried:  # folder names start with the start time: newest first
         try:
-            if _mismatch(folder, key, config) is None and (
-                _difference(_saved_config(folder).get("model"), config.get("model")) is None
-            ):
-                return folder
+            why = _mismatch(folder, key, config)
         except ValueError:  # stopped before its config was written: not this run
             continue
+        if why is None:
+            return folder
+        newest = newest or why
+    reason = f"; the newest, {newest}" if newest else ""
     raise ValueError(
         f"resume=last: no interrupted run (or run with a failed model) of experiment {name!r} "
-        f"with this config under {parent} ({len(tried)} such folder(s) checked); name the "
-        "folder (resume=FOLDER) or drop resume"
+        f"with this config under {parent} ({len(tried)} such folder(s) checked{reason}); name "
+        "the folder (resume=FOLDER) or drop resume"
     )
 
 

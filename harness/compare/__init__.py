@@ -32,6 +32,7 @@ __all__ = [
     "compare_models",
     "compare_pair",
     "compared_metrics",
+    "dropped_notes",
     "paired_note",
     "paired_users",
     "segment_data",
@@ -230,8 +231,9 @@ def _rows(
         if ok.sum() < 2:
             continue
         rows[name] = {}  # keeps the metric order
-        mask = ok.to_numpy()  # a and b share their index (compare_pair): plain arrays
-        columns[name] = (va.to_numpy(np.float64)[mask], vb.to_numpy(np.float64)[mask], hib)
+        # a and b share their index (compare_pair): plain arrays; compare_many leaves out the
+        # users without a value on a side and counts them (``dropped``)
+        columns[name] = (va.to_numpy(np.float64), vb.to_numpy(np.float64), hib)
     results = stats.compare_many(
         columns,
         tolerance=spec.tolerance,
@@ -293,6 +295,25 @@ def paired_note(baseline: str, candidate: str, n_both: int, n_a: int, n_b: int) 
     )
 
 
+def dropped_notes(table: pd.DataFrame) -> list[str]:
+    """A note per group of metrics whose paired rows (segment ``all``) left users out because a
+    model has no value for them (e.g. novelty of an empty list): those rows' means are then over
+    fewer users than the summary's, which averages each model over its own users. Both engines
+    write it from the comparison table."""
+    rows = table[(table["segment"] == "all") & (table["kind"] == "per-user")]
+    rows = rows[rows["dropped"].fillna(0) > 0]
+    notes = []
+    for (n, dropped), group in rows.groupby(["n", "dropped"], sort=False):
+        names = ", ".join(group["metric"])
+        total = int(n) + int(dropped)
+        notes.append(
+            f"{names}: compared on the {int(n):,} of {total:,} users with a value for both "
+            f"models ({int(dropped):,} left out: no value for one or both, e.g. no list); the "
+            "comparison's means are over those users, the summary's over each model's own"
+        )
+    return notes
+
+
 def compare_pair(
     baseline: str,
     candidate: str,
@@ -333,6 +354,7 @@ def compare_pair(
                 rows += _rows(pa, pb, ranked, f"items:{bucket}", spec, None)
     table = comparison_table(rows, spec)
     differences = {n: (b[n] - a[n]).dropna() for n in names if b[n].notna().any()}
+    notes += dropped_notes(table)
     if spec.gsb_metric not in names:
         notes.append(f"GSB metric {spec.gsb_metric!r} is not in the compared metrics")
     definitions = segments.definitions if segments is not None else {}

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -55,6 +55,7 @@ from harness.compare import (
     add_labels_rows,
     compared_metrics,
     comparison_table,
+    dropped_notes,
     group_gap_note,
     paired_note,
     segment_definitions,
@@ -454,6 +455,7 @@ class _SegmentPlan:
     rows_of: dict[int, dict[str, Any]]
     results: dict[int, stats.PairedComparison]
     collect: list[int]
+    dropped: dict[int, int]  # users of both tables without a value on a side, per metric
 
 
 def _segment_plan(
@@ -467,7 +469,7 @@ def _segment_plan(
 ) -> _SegmentPlan:
     """Which rows ``harness.compare`` writes for one segment, and how each is computed: a
     run-level row, a normal interval from the two passes' sums, or the plain bootstrap."""
-    plan = _SegmentPlan({}, {}, [])
+    plan = _SegmentPlan({}, {}, [], {})
     for i, name in enumerate(names):
         if int(first[f"na{i}"]) == 0 or int(first[f"nb{i}"]) == 0:
             if summaries is None:
@@ -482,6 +484,7 @@ def _segment_plan(
         if int(first[f"n{i}"]) < 2:
             continue
         plan.rows_of[i] = {}
+        plan.dropped[i] = int(first["users"]) - int(first["only"]) - int(first[f"n{i}"])
         if second is not None and int(first[f"n{i}"]) >= stats.NORMAL_MIN_N:
             m = _moments(first, second, i)
             if stats.normal_ok_from_moments(m):
@@ -560,6 +563,8 @@ def _segment_rows(
     """The rows ``harness.compare`` writes for one segment, in its metric order."""
     rows_of = dict(plan.rows_of)
     for i, res in plan.results.items():
+        d = plan.dropped[i]  # as compare_many counts it in process
+        res = replace(res, dropped=d, gsb=replace(res.gsb, excluded=d))
         rows_of[i] = {
             "segment": segment,
             "metric": names[i],
@@ -654,6 +659,7 @@ def compare_spark(
     finally:
         rows.unpersist()
     table = comparison_table(table_rows, spec)
+    notes += dropped_notes(table)
     if spec.gsb_metric not in names:
         notes.append(f"GSB metric {spec.gsb_metric!r} is not in the compared metrics")
     definitions = dict(segments.definitions) if segments is not None else {}

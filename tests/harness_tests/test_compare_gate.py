@@ -131,6 +131,24 @@ def test_different_users_are_refused() -> None:
         compare_pair("a", "b", (a, b), ["ndcg@10"], SPEC)
 
 
+def test_users_without_a_value_for_one_model_are_counted_and_noted() -> None:
+    """Found by a walkthrough: ``dropped`` was always 0 and the pair's baseline mean differed
+    from the summary's without a word. Reference by hand: users 3 and 4 lack a value for one
+    model, so 3 pairs remain; the baseline's paired mean is (1 + 2 + 3) / 3 = 2."""
+    idx = pd.Index([1, 2, 3, 4, 5], name="user")
+    a = pd.DataFrame({"novelty@10": [1.0, 2.0, np.nan, 4.0, 3.0]}, index=idx)
+    b = pd.DataFrame({"novelty@10": [2.0, 2.0, 5.0, np.nan, 4.0]}, index=idx)
+    spec = CompareSpec(n_resamples=400, seed=1, gsb_metric="novelty@10")
+    pair = compare_pair("a", "b", (a, b), ["novelty@10"], spec)
+    row = pair.row("novelty@10")
+    assert (row["n"], row["dropped"], row["mean_a"], row["mean_b"]) == (3, 2, 2.0, 8 / 3)
+    assert pair.notes == [
+        "novelty@10: compared on the 3 of 5 users with a value for both models (2 left out: no "
+        "value for one or both, e.g. no list); the comparison's means are over those users, the "
+        "summary's over each model's own"
+    ]
+
+
 def test_seed_001_gsb_through_a_pair() -> None:
     idx = pd.Index(["q1", "q2", "q3", "q4"], name="user")
     a = pd.DataFrame({"ndcg@10": [0.5, 0.5, 0.5, 0.5]}, index=idx)

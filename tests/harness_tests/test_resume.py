@@ -181,13 +181,23 @@ def test_other_data_or_split_is_refused(cut_short: Path) -> None:
         resume(str(cut_short), runs, "offline-eval", "0" * 64, _plain(cfg))
 
 
-def test_last_finds_only_a_run_of_the_same_command(cut_short: Path) -> None:
+def test_last_finds_the_run_whatever_its_models_and_names_what_differs(cut_short: Path) -> None:
+    """Found by a walkthrough: ``resume=last`` found only a folder run with the very same
+    model config, so a fixed model config (what the README tells a user to do after a failed
+    model) could not be resumed with it, and the error named no key."""
     runs = cut_short.parents[2]
     same = _cfg(runs, "model=[item_knn,popularity]", "progress=true", "debug=true")
     assert resume("last", runs, "offline-eval", _key(cut_short), _plain(same)).folder == cut_short
-    other = _cfg(runs, "model=[popularity]")
-    with pytest.raises(ValueError, match=r"resume=last: no interrupted run .* \(1 such folder"):
+    fixed = _cfg(runs, "model=[item_knn,popularity]", "model.item_knn.k_neighbors=50")
+    taken = resume("last", runs, "offline-eval", _key(cut_short), _plain(fixed))
+    assert taken.folder == cut_short and taken.reused == {}  # item_knn changed: runs again
+    other = _cfg(runs, "model=[item_knn,popularity]", "metrics.k=5")
+    with pytest.raises(ValueError) as info:
         resume("last", runs, "offline-eval", _key(cut_short), _plain(other))
+    assert str(info.value).startswith("resume=last: no interrupted run (or run with a failed")
+    assert f"(1 such folder(s) checked; the newest, {cut_short} was run with metrics.k=10, " in (
+        str(info.value)
+    )
 
 
 def test_folders_that_cannot_be_resumed_are_refused_before_the_data_is_read(

@@ -149,6 +149,11 @@ def test_same_comparison_as_in_process(spark: Any, kind: str, n: int, spec: Comp
     )  # fmt: skip
     assert_same(mine, ref)
     t = ref.table
+    # users without a value on a side are counted (they were left out silently: dropped 0)
+    left_out = int((a["mrr@10"].isna() | b["mrr@10"].isna()).sum())
+    mrr = t[(t["segment"] == "all") & (t["metric"] == "mrr@10")].iloc[0]
+    assert (mrr["dropped"], mrr["n"]) == (left_out, n - left_out) and left_out > 0
+    assert any(x.startswith(f"mrr@10: compared on the {n - left_out:,} of") for x in ref.notes)
     methods = dict(zip(zip(t["segment"], t["metric"], strict=True), t["method"], strict=True))
     if n >= NORMAL_MIN_N:  # both branches ran: normal from the sums, bootstrap collected
         assert methods[("all", "ndcg@10")] == "normal"
