@@ -44,6 +44,7 @@ __all__ = [
     "COLUMNS",
     "DUPLICATE_HINT",
     "DUPLICATE_POLICIES",
+    "EMPTY_IDS",
     "ITEM",
     "RATING",
     "REQUIRED_COLUMNS",
@@ -117,6 +118,7 @@ _DATE_CANDIDATES: tuple[tuple[str, ...], ...] = (
 )
 _SAMPLE = 256  # rows a candidate format must read before it is tried on the whole column
 _FORMAT_HINT = "set dataset.timestamp_format"
+EMPTY_IDS = "empty id(s) (only whitespace)"
 
 
 class IdCodes(NamedTuple):
@@ -816,6 +818,9 @@ def _normalize_ids(
     # distinct values only
     s = _one_chunk(s)
     codes, text, unchanged = _distinct_text(s)
+    blank = (text == "").to_numpy(dtype=bool)
+    if blank.any():  # only whitespace: no id at all
+        raise _fail(source, label, blank[codes], EMPTY_IDS, s)
     integral = text.str.fullmatch(_INTEGRAL_TEXT).to_numpy(dtype=bool)
     if integral.all():
         digits = text.str.replace(r"\.0+$", "", regex=True)

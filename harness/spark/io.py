@@ -542,6 +542,7 @@ def read_interactions(
     from pyspark.sql import types as st
 
     from harness.data import (
+        EMPTY_IDS,
         _check_policy,
         _check_timestamp_format,
         _column_mapping,
@@ -584,6 +585,7 @@ def read_interactions(
         checks.append((name, "null id(s)", null))
         if isinstance(dtype, st.StringType):
             t = stripped(col)
+            checks.append((name, EMPTY_IDS, col.isNotNull() & (t == sf.lit(""))))
             integral, _ = integral_id(t)
             text_checks[name] = (~integral, t)
             typed[name] = t

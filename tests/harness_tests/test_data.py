@@ -450,6 +450,17 @@ def test_strftime_format_from_config_and_unknown_format(tmp_path: Path) -> None:
 # --------------------------------------------------------------- ids: one type per column
 
 
+def test_an_id_of_only_whitespace_is_refused(tmp_path: Path) -> None:
+    """Found by a walkthrough: a blank id (``" "``) became the id ``""`` and was evaluated."""
+    path = write(tmp_path, 'user,item,timestamp\n1,a,1\n" ",b,2\n')
+    with pytest.raises(DataError) as info:
+        load_interactions(path)
+    assert str(info.value) == (
+        f"{path}: column 'user' has 1 empty id(s) (only whitespace), e.g. ' ' at row 1 "
+        "(0-based data row)"
+    )
+
+
 def test_object_column_mixing_int_and_str_ids_is_refused() -> None:
     # issue 14: 1 and '1' were merged into one user
     frame = pd.DataFrame(

@@ -447,6 +447,7 @@ BAD: dict[str, pd.DataFrame] = {
     "rating.csv": GOOD.assign(rating=[1.0, 9.0, 2.0, 7.0]),
     "text_rating.csv": GOOD.assign(rating=["1", "x", "2", "3"]),
     "near_duplicate.csv": GOOD.assign(user=["70", "x1", "70.0", "8"]),
+    "blank_id.parquet": GOOD.assign(item=["007", " \t", "c", "b"]),
     "plus_sign.csv": GOOD.assign(item=["+5", "5", "x", "y"]),
     "float_beyond.parquet": GOOD.assign(user=[2.0**60, 1.0, 2.0, 3.0]),
     "epoch_mixed.csv": GOOD.assign(timestamp=[1673604000, 1673695800000, 1675328700, 1677628800]),
