@@ -610,7 +610,7 @@ def run_models(
                 with warnings.catch_warnings(record=True) as caught:
                     _evaluate(model, outcome, qrels, split, suite, catalog, candidates, evaluate)
             finally:  # a model that failed still shows its warnings
-                _notes_of_warnings(caught, outcome)
+                _notes_of_warnings(caught, outcome, suite.evaluate_options())
         except Exception as err:
             outcome.error = f"{type(err).__name__}: {err}"
             (folder / name).mkdir(parents=True, exist_ok=True)
@@ -631,15 +631,20 @@ def run_models(
     return result
 
 
-def missing_users_note(missing: int, requested: int, example: str) -> str:
-    """The run's note on test users a score file has no list for (D1: counted, now said)."""
-    return (
-        f"{missing:,} of {requested:,} test user(s) have no list in the score file, e.g. "
-        f"{example}: they are evaluated on an empty list (every relevant item a miss)"
+def missing_users_note(missing: int, requested: int, example: str, options: Any = None) -> str:
+    """The run's note on test users a score file has no list for (D1: counted, now said): how
+    the metric ``options`` (a preset included) treat them."""
+    head = (
+        f"{missing:,} of {requested:,} test user(s) have no list in the score file, e.g. {example}"
     )
+    if metrics.resolve_options(**dict(options or {})).user_set == "intersection":
+        return f"{head}: they are left out of this model's metrics (user_set=intersection)"
+    return f"{head}: they are evaluated on an empty list (every relevant item a miss)"
 
 
-def _notes_of_warnings(caught: list[warnings.WarningMessage], outcome: ModelOutcome) -> None:
+def _notes_of_warnings(
+    caught: list[warnings.WarningMessage], outcome: ModelOutcome, options: Any = None
+) -> None:
     """A score file's missing users (:class:`MissingUsersWarning`) become one model note, not a
     raw warning; any other warning caught while evaluating is shown again as it would have been."""
     from harness.models.precomputed import MissingUsersWarning
@@ -649,7 +654,8 @@ def _notes_of_warnings(caught: list[warnings.WarningMessage], outcome: ModelOutc
         if isinstance(w.message, MissingUsersWarning):
             if not said:  # ranked more than once (ties, AUC): one note
                 m = w.message
-                outcome.notes.append(missing_users_note(m.missing, m.requested, m.example))
+                note = missing_users_note(m.missing, m.requested, m.example, options)
+                outcome.notes.append(note)
                 said = True
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)

@@ -249,7 +249,12 @@ Ties = Callable[["DataFrame"], "DataFrame"]
 
 
 def _score_file_stats(
-    spark: SparkSession, model: Any, train: DataFrame, users: DataFrame | None, outcome: Any
+    spark: SparkSession,
+    model: Any,
+    train: DataFrame,
+    users: DataFrame | None,
+    outcome: Any,
+    options: Mapping[str, Any],
 ) -> None:
     """A score file's counts as in process (``model.stats_``, logged as ``model.stats.*``) and
     the note on test users it has no list for (``users``: the users ranked over the catalog)."""
@@ -267,7 +272,7 @@ def _score_file_stats(
     model.stats_ = stats
     if example is not None:
         missing, requested = stats["users_without_list"], stats["users_requested"]
-        outcome.notes.append(missing_users_note(missing, requested, _show(example)))
+        outcome.notes.append(missing_users_note(missing, requested, _show(example), options))
 
 
 def _model_ranking(
@@ -604,7 +609,7 @@ def run_models_spark(
                     outcome.info["candidates_unscored"] = n_cand - scored.count()
                     outcome.info["scores_uri"] = scored_uri
                 by_file = users if mine is None else None  # over the catalog: the users ranked
-                _score_file_stats(spark, model, sp.train, by_file, outcome)
+                _score_file_stats(spark, model, sp.train, by_file, outcome, opts)
                 if mine is None and not holds:
                     tied_uri = _uri(where, "tied_rows.parquet")
                     tied = _tied_rows(spark, lists, suite.k, ties, tied_uri)

@@ -176,3 +176,21 @@ def test_score_file_missing_users_is_a_note_not_a_warning(
     assert notes[0].startswith(f"{missing} of {len(test_users)} test user(s)")
     assert notes[0] in (folder / "report.md").read_text()
     assert f"note (precomputed): {notes[0]}" in proc.stdout
+
+
+def test_missing_users_note_follows_the_user_set() -> None:
+    """Found by a walkthrough: under the trec_eval preset (user_set=intersection) the note said
+    users without a list were scored on an empty list, while they were left out."""
+    from harness.experiment import missing_users_note
+
+    head = "3 of 10 test user(s) have no list in the score file, e.g. 'u1': they are "
+    assert missing_users_note(3, 10, "'u1'", {"preset": "default"}) == (
+        head + "evaluated on an empty list (every relevant item a miss)"
+    )
+    for options in ({"preset": "trec_eval"}, {"user_set": "intersection"}):
+        assert missing_users_note(3, 10, "'u1'", options) == (
+            head + "left out of this model's metrics (user_set=intersection)"
+        )
+    assert missing_users_note(3, 10, "'u1'", {"preset": "trec_eval", "user_set": "truth"}) == (
+        head + "evaluated on an empty list (every relevant item a miss)"
+    )
