@@ -165,11 +165,39 @@ def format_summary(result: ExperimentResult) -> str:
         "",
         _fit_table(result.table(), max(shutil.get_terminal_size((160, 24)).columns, 100)),
     ]
+    lines += [f"note: {note}" for note in evaluation_notes(result)]
     for name, outcome in result.outcomes.items():
         lines += [f"note ({name}): {note}" for note in outcome.notes]
     for name in result.failed:
         lines.append(f"\nmodel {name!r} FAILED: {result.outcomes[name].error}")
     return "\n".join(lines)
+
+
+def evaluation_notes(result: ExperimentResult) -> list[str]:
+    """What every model's metrics share and the table does not show: test users without a
+    relevant item (``metrics.relevance=rating`` below the threshold), left out of the means
+    under ``empty_users=skip`` or scored 0 / 1 otherwise."""
+    counts = next((o.evaluation.counts for o in result.outcomes.values() if o.evaluation), {})
+    without, users = int(counts.get("users_without_relevant", 0)), int(counts.get("users", 0))
+    if not without:
+        return []
+    suite = result.suite
+    why = (
+        f"none of their test ratings reaches metrics.relevance_threshold="
+        f"{suite.relevance_threshold:g}"
+        if suite.relevance == "rating"
+        else "no test item has a positive relevance"
+    )
+    empty = metrics.resolve_options(**suite.evaluate_options()).empty_users
+    treated = {
+        "skip": f"the ranking metrics average over the other {users - without:,}",
+        "zero": "they count as 0 in the ranking metrics",
+        "one": "they count as 1 in the ranking metrics",
+    }[empty]
+    return [
+        f"{without:,} of {users:,} test users have no relevant test item ({why}): {treated} "
+        f"(metrics.options.empty_users={empty})"
+    ]
 
 
 def _plain(node: Any) -> Any:
@@ -450,6 +478,10 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     dropped = dropped_warning(split.stats, warn_share)
     if dropped:
         print(f"WARNING: {dropped}", file=sys.stderr)
+    else:  # below the warning's share: still said, once, as a note
+        unseen = dropped_warning(split.stats, 0.0)
+        if unseen:
+            print(f"note: {unseen}")
     key = split_cache_key(dataset.frame, method, split_params, digest=dataset.sha256)
     if spark is not None and len(split.train) == int(split.stats.get("n_train_events", -1)):
         # the driver copy (at most engine.driver_rows events) where harness.compare finds it
@@ -534,7 +566,12 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
                 pairs,
                 decisions,
                 overall,
-                [verdict, *([f"WARNING: {dropped}"] if dropped else []), *notes],
+                [
+                    verdict,
+                    *([f"WARNING: {dropped}"] if dropped else []),
+                    *evaluation_notes(result),
+                    *notes,
+                ],
                 str(cfg.name),
                 OmegaConf.to_yaml(cfg, resolve=True),
             ),

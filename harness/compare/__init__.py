@@ -308,8 +308,8 @@ def dropped_notes(table: pd.DataFrame) -> list[str]:
         total = int(n) + int(dropped)
         notes.append(
             f"{names}: compared on the {int(n):,} of {total:,} users with a value for both "
-            f"models ({int(dropped):,} left out: no value for one or both, e.g. no list); the "
-            "comparison's means are over those users, the summary's over each model's own"
+            f"models; {int(dropped):,} have none for one or both (no relevant test item, or no "
+            "list) and are left out, so these rows' means can differ from the summary table's"
         )
     return notes
 

@@ -143,9 +143,9 @@ def test_users_without_a_value_for_one_model_are_counted_and_noted() -> None:
     row = pair.row("novelty@10")
     assert (row["n"], row["dropped"], row["mean_a"], row["mean_b"]) == (3, 2, 2.0, 8 / 3)
     assert pair.notes == [
-        "novelty@10: compared on the 3 of 5 users with a value for both models (2 left out: no "
-        "value for one or both, e.g. no list); the comparison's means are over those users, the "
-        "summary's over each model's own"
+        "novelty@10: compared on the 3 of 5 users with a value for both models; 2 have none for "
+        "one or both (no relevant test item, or no list) and are left out, so these rows' means "
+        "can differ from the summary table's"
     ]
 
 

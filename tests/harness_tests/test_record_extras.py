@@ -194,3 +194,36 @@ def test_missing_users_note_follows_the_user_set() -> None:
     assert missing_users_note(3, 10, "'u1'", {"preset": "trec_eval", "user_set": "truth"}) == (
         head + "evaluated on an empty list (every relevant item a miss)"
     )
+
+
+def test_users_without_a_relevant_item_and_unseen_test_data_are_said(
+    tmp_path: Path, harness_cli: HarnessCli
+) -> None:
+    """Found by a walkthrough: with metrics.relevance=rating the users without a relevant test
+    item left every ranking mean silently, and test data dropped as unseen below the warning's
+    share was said only in the report. Reference: counted from the split's saved test part."""
+    proc = harness_cli.run(
+        tmp_path,
+        "model=[popularity]",
+        "metrics.relevance=rating",
+        "metrics.relevance_threshold=4",
+        "tracking=none",
+        "progress=false",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    test = pd.read_parquet(next((tmp_path / "runs" / "splits").rglob("test.parquet")))
+    best = test.groupby("user")["rating"].max()
+    without = int((best < 4).sum())
+    assert 0 < without < len(best)
+    note = (
+        f"{without:,} of {len(best):,} test users have no relevant test item (none of their "
+        "test ratings reaches metrics.relevance_threshold=4): the ranking metrics average over "
+        f"the other {len(best) - without:,} (metrics.options.empty_users=skip)"
+    )
+    assert f"note: {note}" in proc.stdout
+    folder = next((tmp_path / "runs" / "results").rglob("summary.csv")).parent
+    assert note in (folder / "report.md").read_text()
+    saved = json.loads(next((tmp_path / "runs" / "splits").rglob("split.json")).read_text())
+    dropped = saved["stats"]["test_dropped_events"]
+    assert dropped > 0, saved["stats"]
+    assert f"note: the split dropped {dropped:,} of " in proc.stdout + proc.stderr
