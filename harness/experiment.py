@@ -616,6 +616,9 @@ def run_models(
             (folder / name).mkdir(parents=True, exist_ok=True)
             (folder / name / "error.txt").write_text(traceback.format_exc())
         outcome.info |= _model_info(model)
+        extra = other_users_note(getattr(model, "stats_", None))
+        if extra and outcome.ok:
+            outcome.notes.append(extra)
         if skipped and outcome.ok:
             outcome.notes.append(
                 f"{', '.join(sorted(skipped))} skipped: the dataset has no item categories "
@@ -640,6 +643,23 @@ def missing_users_note(missing: int, requested: int, example: str, options: Any 
     if metrics.resolve_options(**dict(options or {})).user_set == "intersection":
         return f"{head}: they are left out of this model's metrics (user_set=intersection)"
     return f"{head}: they are evaluated on an empty list (every relevant item a miss)"
+
+
+def other_users_note(stats: Mapping[str, Any] | None) -> str | None:
+    """The note on a score file's users that are not this split's test users (their lists are
+    read and never evaluated: a file for another split or period shows here), from its
+    ``stats_`` (both engines count ``users_in_file``, ``users_requested`` and
+    ``users_without_list``)."""
+    if not stats or "users_requested" not in stats:
+        return None
+    in_file = int(stats["users_in_file"])
+    other = in_file - (int(stats["users_requested"]) - int(stats["users_without_list"]))
+    if other <= 0:
+        return None
+    return (
+        f"{other:,} of the score file's {in_file:,} users are not test users of this split: "
+        "their lists are not evaluated"
+    )
 
 
 def _notes_of_warnings(

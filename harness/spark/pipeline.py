@@ -258,7 +258,7 @@ def _score_file_stats(
 ) -> None:
     """A score file's counts as in process (``model.stats_``, logged as ``model.stats.*``) and
     the note on test users it has no list for (``users``: the users ranked over the catalog)."""
-    from harness.experiment import missing_users_note
+    from harness.experiment import missing_users_note, other_users_note
     from harness.models import PrecomputedScores
     from harness.models.precomputed import _show
     from harness.spark.models import precomputed_stats
@@ -273,6 +273,9 @@ def _score_file_stats(
     if example is not None:
         missing, requested = stats["users_without_list"], stats["users_requested"]
         outcome.notes.append(missing_users_note(missing, requested, _show(example), options))
+    other = other_users_note(stats)
+    if other:
+        outcome.notes.append(other)
 
 
 def _model_ranking(

@@ -151,6 +151,7 @@ def test_score_file_missing_users_is_a_note_not_a_warning(
     )
     omitted = set(users[:7])
     scores = [(u, it, float(rng.normal())) for u in users if u not in omitted for it in items[:25]]
+    scores += [(ghost, items[0], 1.0) for ghost in ("ghost1", "ghost2")]  # not in the data
     pd.DataFrame(scores, columns=["user", "item", "score"]).to_csv(
         tmp_path / "scores.csv", index=False
     )
@@ -176,6 +177,14 @@ def test_score_file_missing_users_is_a_note_not_a_warning(
     assert notes[0].startswith(f"{missing} of {len(test_users)} test user(s)")
     assert notes[0] in (folder / "report.md").read_text()
     assert f"note (precomputed): {notes[0]}" in proc.stdout
+    # the file's users that are not test users are said too (found by a walkthrough)
+    in_file = {u for u in users if u not in omitted} | {"ghost1", "ghost2"}
+    other = in_file - test_users
+    assert {"ghost1", "ghost2"} <= other
+    assert (
+        f"{len(other)} of the score file's {len(in_file)} users are not test users of this "
+        "split: their lists are not evaluated"
+    ) in result["notes"]
 
 
 def test_missing_users_note_follows_the_user_set() -> None:
