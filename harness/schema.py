@@ -389,6 +389,13 @@ def config_error(err: BaseException) -> str:
                 f"unknown config key '{full_key}' in {group}{origin}; "
                 f"it takes: {', '.join(allowed)}"
             )
+        if "is not in struct" in said and str(full_key).startswith("dataset.columns."):
+            from harness.data import COLUMNS
+
+            return (
+                f"unknown config key '{full_key}' in {group}{origin}; dataset.columns takes: "
+                f"{', '.join(COLUMNS)}"
+            )
         if "is not in struct" in said:  # an open node (a model): new keys are added with +
             return (
                 f"unknown config key '{full_key}' in {group}{origin}; a key the config does "

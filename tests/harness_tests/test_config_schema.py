@@ -156,6 +156,11 @@ def test_command_line_typos_read_as_in_a_file(tmp_path: Path) -> None:
         "unknown config key 'model.item_knn.k_neighbours' in group 'model'; a key the config "
         "does not have is added with a leading + (+model.item_knn.k_neighbours=...)"
     )
+    # found by a walkthrough: the + hint here led to a second error (no such column name)
+    assert error("dataset=file", "dataset.path=x.csv", "dataset.columns.itme=id") == (
+        "unknown config key 'dataset.columns.itme' in group 'dataset'; dataset.columns takes: "
+        "user, item, timestamp, rating"
+    )
     shipped = sorted(p.stem for p in (CONFIG_DIR / "model").glob("*.yaml"))
     assert "item_knn" in shipped and "popularity" in shipped
     assert error("model=[popularity,item_nn]") == (
