@@ -84,7 +84,7 @@ REQUIRED_COLUMNS: tuple[str, ...] = (USER, ITEM, TIMESTAMP)
 COLUMNS: tuple[str, ...] = (USER, ITEM, TIMESTAMP, RATING)
 DUPLICATE_POLICIES: tuple[str, ...] = ("error", "keep_last", "keep_first", "keep_all")
 #: The end of the repeated-events error (both engines): the settings that keep them.
-DUPLICATE_HINT = f"; to keep them set dataset.duplicates= one of {list(DUPLICATE_POLICIES[1:])}"
+DUPLICATE_HINT = f"; to keep them set dataset.duplicates to {' or '.join(DUPLICATE_POLICIES[1:])}"
 FORMATS: tuple[str, ...] = ("csv", "tsv", "parquet")
 
 # Integral numbers written canonically (no sign "+", no leading zeros), optionally with ".0";
@@ -460,7 +460,7 @@ def duplicate_message(source: str, rows: int, example: Mapping[str, Any], timed:
     return (
         f"{source}: columns ('user', 'item', 'timestamp') have {rows} rows in duplicate events, "
         f"e.g. user={_show(example[USER])} item={_show(example[ITEM])} "
-        f"timestamp={_show(example[TIMESTAMP])}"
+        f"timestamp={_show(example[TIMESTAMP])} ({_iso_utc(float(example[TIMESTAMP]))})"
     )
 
 

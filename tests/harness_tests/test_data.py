@@ -247,8 +247,8 @@ def test_a_file_without_timestamps_loads_with_every_event_at_zero(tmp_path: Path
         load_interactions(path, columns=columns)
     assert str(err.value) == (
         f"{path}: columns ('user', 'item') have 2 rows in repeated pairs (no timestamp column), "
-        "e.g. user=1 item='a' at rows [0, 2]; to keep them set dataset.duplicates= one of "
-        "['keep_last', 'keep_first', 'keep_all']"
+        "e.g. user=1 item='a' at rows [0, 2]; to keep them set dataset.duplicates to "
+        "keep_last or keep_first or keep_all"
     )
     got = load_interactions(path, columns={**columns, "rating": "rating"}, duplicates="keep_last")
     assert got.to_dict("list") == {
@@ -589,8 +589,8 @@ def test_duplicates_error_prints_integer_ids_as_integers(tmp_path: Path) -> None
     path = write(tmp_path, "user,item,timestamp,rating\n7,8,9,1.5\n7,8,9,2\n")
     with pytest.raises(DataError) as info:
         load_interactions(path)
-    assert "user=7 item=8 timestamp=9 at rows [0, 1]" in str(info.value)
-    assert "to keep them set dataset.duplicates= one of ['keep_last'," in str(info.value)
+    assert "user=7 item=8 timestamp=9 (1970-01-01T00:00:09+00:00) at rows [0, 1]" in str(info.value)
+    assert "to keep them set dataset.duplicates to keep_last or keep_first" in str(info.value)
 
 
 # ------------------------------------------------------------------ degenerate splits

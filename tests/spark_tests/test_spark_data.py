@@ -521,7 +521,7 @@ def test_a_repeated_pair_without_timestamps_is_the_same_error_on_both_engines(
         == _without_rows(str(want.value))
         == (
             f"{path}: columns ('user', 'item') have 2 rows in repeated pairs (no timestamp "
-            "column), e.g. user=7 item='c'; to keep them set dataset.duplicates= one of "
-            "['keep_last', 'keep_first', 'keep_all']"
+            "column), e.g. user=7 item='c'; to keep them set dataset.duplicates to "
+            "keep_last or keep_first or keep_all"
         )
     )
