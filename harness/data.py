@@ -477,7 +477,14 @@ def missing_column(
 ) -> DataError:
     """The one-line error of a missing column (both engines), with the key that fixes it."""
     hint = f"; name the file's column with dataset.columns.{name}=<column>"
-    if name in (RATING, TIMESTAMP):
+    other = [sep for sep in (";", "|", "\t") if len(found) == 1 and sep in found[0]]
+    if other:  # one column whose name holds another separator: read with the wrong one
+        sep = {"\t": "tabs"}.get(other[0], f"'{other[0]}'")
+        hint = (
+            f"; the file looks separated by {sep}, not commas: write it with commas (or tabs "
+            "as .tsv), or as Parquet"
+        )
+    elif name in (RATING, TIMESTAMP):
         hint += f", or set dataset.columns.{name}=null if the file has no {name}s"
         if name == TIMESTAMP:
             hint += " (then only split=random applies)"

@@ -450,6 +450,16 @@ def test_strftime_format_from_config_and_unknown_format(tmp_path: Path) -> None:
 # --------------------------------------------------------------- ids: one type per column
 
 
+def test_a_file_with_another_separator_says_so(tmp_path: Path) -> None:
+    path = write(tmp_path, "user;item;timestamp\n1;a;1\n")
+    with pytest.raises(DataError) as info:
+        load_interactions(path)
+    assert str(info.value) == (
+        f"{path}: missing column 'user'; columns found: ['user;item;timestamp']; the file looks "
+        "separated by ';', not commas: write it with commas (or tabs as .tsv), or as Parquet"
+    )
+
+
 def test_an_id_of_only_whitespace_is_refused(tmp_path: Path) -> None:
     """Found by a walkthrough: a blank id (``" "``) became the id ``""`` and was evaluated."""
     path = write(tmp_path, 'user,item,timestamp\n1,a,1\n" ",b,2\n')
