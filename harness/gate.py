@@ -442,6 +442,14 @@ _WORDS = {
 _POINT = {"pass": "above it", "fail": "below it", "inconclusive": "at it"}
 
 
+def _words(kind: str, status: str, ci: tuple[float, float], bar: float) -> str:
+    """The end of a rule's reason: :data:`_WORDS`, except a primary CI whose low end is at the
+    bar (it must be above: e.g. a zero-width CI at 0), which does not straddle it."""
+    if kind == "primary" and status == "inconclusive" and ci[0] >= bar:
+        return "the CI's low end is at it (it must be above it)"
+    return _WORDS[kind][status]
+
+
 def _too_few(row: pd.Series, segment: str, min_users: int) -> str | None:
     """Why a per-user row has too few paired users to judge, or None."""
     n = _number(row, "n")
@@ -515,7 +523,7 @@ def _relative_rule(
                 f"{pair.baseline} scores 0 on {metric} ({segment}): the difference "
                 f"{diff:+.4g}{spread} makes the {what} {relative}"
             )
-        return result(status, value, ci, f"{why} vs {against}: " + _WORDS[kind][status])
+        return result(status, value, ci, f"{why} vs {against}: " + _words(kind, status, ci, bar))
     lift = _number(row, "lift") * sign
     if not per_user:
         status = _judge((lift, lift), bar, strict=strict)
@@ -541,7 +549,7 @@ def _relative_rule(
         lift,
         (lo, hi),
         f"{what} {lift:+.2%} ({ci_name} {lo:+.2%} to {hi:+.2%}) vs {against}: "
-        + _WORDS[kind][status],
+        + _words(kind, status, (lo, hi), bar),
     )
 
 

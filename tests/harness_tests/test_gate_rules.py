@@ -199,6 +199,13 @@ def test_statuses_against_the_bars() -> None:
         d = decide(pair(row()), GateSpec(primary={"metric": "ndcg@10", "min_lift": bar}))
         assert d.rules[0].status == status, bar
         assert d.decision == {"pass": "GO", "fail": "NO_GO", "inconclusive": "INCONCLUSIVE"}[status]
+    # a zero-width CI at the bar (a candidate identical to the baseline) does not clear a
+    # "better than" rule and does not straddle it either (the reason said so)
+    same = row(lift=0.0, lift_ci_low=0.0, lift_ci_high=0.0)
+    d = decide(pair(same), GateSpec(primary={"metric": "ndcg@10", "min_lift": 0.0}))
+    assert d.rules[0].status == "inconclusive"
+    assert d.rules[0].reason.endswith(": the CI's low end is at it (it must be above it)")
+    assert d.rules[0].reason.startswith("relative lift +0.00% (95% CI +0.00% to +0.00%)")
     # guardrail: change CI [-0.08, +0.02]; margin 0.10 → -0.10 below the CI → pass;
     # margin 0.05 → straddles; margin 0.01 → still straddles (upper bound 0.02 > -0.01)
     loss = row(lift=-0.03, lift_ci_low=-0.08, lift_ci_high=0.02)
