@@ -61,7 +61,7 @@ from harness.experiment import (
 )
 from harness.folders import checkpoint
 from harness.spark.candidates import build_candidates_spark
-from harness.spark.io import _frame, _id_kind
+from harness.spark.io import _frame, _id_kind, _is_integer_type
 from harness.spark.session import _python_errors, _quiet
 from harness.split import Split
 
@@ -186,8 +186,9 @@ def _empty(df: DataFrame) -> pd.DataFrame:
         if c in df.columns
     }
     columns = {c: pd.Series(dtype=kinds.get(c, np.float64)) for c in df.columns}
-    if "timestamp" in columns:
-        columns["timestamp"] = pd.Series(dtype=np.int64)
+    if "timestamp" in columns:  # bigint seconds, or double ones with sub-second times
+        whole = _is_integer_type(df.schema["timestamp"].dataType)
+        columns["timestamp"] = pd.Series(dtype=np.int64 if whole else np.float64)
     return pd.DataFrame(columns)
 
 
