@@ -450,25 +450,27 @@ def test_strftime_format_from_config_and_unknown_format(tmp_path: Path) -> None:
 # --------------------------------------------------------------- ids: one type per column
 
 
-def test_a_file_with_another_separator_says_so(tmp_path: Path) -> None:
-    path = write(tmp_path, "user;item;timestamp\n1;a;1\n")
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (  # the file's separator is not a comma
+            "user;item;timestamp\n1;a;1\n",
+            "missing column 'user'; columns found: ['user;item;timestamp']; the file looks "
+            "separated by ';', not commas: write it with commas (or tabs as .tsv), or as Parquet",
+        ),
+        (  # found by a walkthrough: a blank id (" ") became the id "" and was evaluated
+            'user,item,timestamp\n1,a,1\n" ",b,2\n',
+            "column 'user' has 1 empty id(s) (only whitespace), e.g. ' ' at row 1 (0-based data "
+            "row)",
+        ),
+    ],
+    ids=["separator", "blank-id"],
+)
+def test_a_bad_file_is_one_line_naming_the_fault(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
     with pytest.raises(DataError) as info:
         load_interactions(path)
-    assert str(info.value) == (
-        f"{path}: missing column 'user'; columns found: ['user;item;timestamp']; the file looks "
-        "separated by ';', not commas: write it with commas (or tabs as .tsv), or as Parquet"
-    )
-
-
-def test_an_id_of_only_whitespace_is_refused(tmp_path: Path) -> None:
-    """Found by a walkthrough: a blank id (``" "``) became the id ``""`` and was evaluated."""
-    path = write(tmp_path, 'user,item,timestamp\n1,a,1\n" ",b,2\n')
-    with pytest.raises(DataError) as info:
-        load_interactions(path)
-    assert str(info.value) == (
-        f"{path}: column 'user' has 1 empty id(s) (only whitespace), e.g. ' ' at row 1 "
-        "(0-based data row)"
-    )
+    assert str(info.value) == f"{path}: {message}"
 
 
 def test_object_column_mixing_int_and_str_ids_is_refused() -> None:
