@@ -595,7 +595,7 @@ def run_models(
         kept = (reused or {}).get(name)  # finished by the interrupted run this one resumes
         if kept is not None:
             outcomes[name] = kept
-            stage_log.stages.say(f"  model {name}: reused (its results from an earlier run)")
+            stage_log.stages.reused(name)
             continue
         outcome = ModelOutcome(name)
         checkpoint(f"model {name}")  # the stage an interruption names

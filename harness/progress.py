@@ -144,6 +144,12 @@ class Stages:
         parts = ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items())
         self.say(f"  model {name}: {parts}")
 
+    def reused(self, name: str) -> None:
+        """A model a resumed run did not run again: a row of its own in the stage table (it
+        was missing, so the table seemed to lack a model) and one status line."""
+        self.add(f"{name} reused", 0.0)
+        self.say(f"  model {name}: reused (its results from an earlier run)")
+
     def table(self) -> str:
         """The stage table: seconds and peak memory per step, and the total."""
         total = time.perf_counter() - self._t0

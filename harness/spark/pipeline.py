@@ -543,7 +543,7 @@ def run_models_spark(
             outcomes[name], tables.lists[name], tables.per_user[name] = restored
             info = restored[0].info
             tables.uris[name] = {"topk": info["topk_uri"], "per_user": info["per_user_uri"]}
-            stage_log.stages.say(f"  model {name}: reused (its results from an earlier run)")
+            stage_log.stages.reused(name)
             continue
         if kept is not None:
             stage_log.stages.say(f"  model {name}: its saved tables cannot be read, run again")

@@ -64,6 +64,10 @@ def test_interrupted_run_resumes_to_the_uninterrupted_results(tmp_path: Path) ->
         done.stdout,
     ), done.stdout
     assert "note (item_knn)" not in done.stdout
+    # the stage table has a row for the reused model (it was missing: found by a walkthrough)
+    table = done.stdout + done.stderr
+    assert re.search(r"^popularity reused +0\.0 ", table, re.M), table[-2000:]
+    assert re.search(r"^item_knn fit +\d", table, re.M)
     assert (folder / COMPLETE).exists() and not (folder / INCOMPLETE).exists()
     assert [p.name for p in (cwd / "runs" / "results" / "offline-eval").iterdir()] == [folder.name]
     pd.testing.assert_frame_equal(pd.read_parquet(folder / "popularity" / "per_user.parquet"), kept)
