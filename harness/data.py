@@ -1088,6 +1088,8 @@ def seconds_from(x: np.ndarray, per_second: int) -> np.ndarray:
         seconds = x / per_second if per_second != 1 else x
         whole = np.floor(seconds)
         return whole.astype(np.int64) if bool((whole == seconds).all()) else seconds
+    if per_second == 1:
+        return x
     whole, part = np.divmod(x, per_second)
     return whole if not part.any() else whole + part / per_second
 
