@@ -650,8 +650,9 @@ def other_users_note(stats: Mapping[str, Any] | None) -> str | None:
     read and never evaluated: a file for another split or period shows here), from its
     ``stats_`` (both engines count ``users_in_file``, ``users_requested`` and
     ``users_without_list``)."""
-    if not stats or "users_requested" not in stats:
-        return None
+    needed = ("users_in_file", "users_requested", "users_without_list")
+    if not stats or not all(isinstance(stats.get(k), int) for k in needed):
+        return None  # not a score file's counts (a registry model's, say)
     in_file = int(stats["users_in_file"])
     other = in_file - (int(stats["users_requested"]) - int(stats["users_without_list"]))
     if other <= 0:
