@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from harness.errors import DataError
+from metrics.io import INTEGRAL_ID
 
 __all__ = [
     "COLUMNS",
@@ -89,7 +90,7 @@ FORMATS: tuple[str, ...] = ("csv", "tsv", "parquet")
 
 # Integral numbers written canonically (no sign "+", no leading zeros), optionally with ".0";
 # values outside int64 are caught by the cast.
-_INTEGRAL_TEXT = r"(?:0|-?[1-9]\d{0,18})(?:\.0+)?"
+_INTEGRAL_TEXT = INTEGRAL_ID
 _NUMBER_TEXT = r"[+-]?\d+(?:\.\d*)?"
 _DIGITS_TEXT = r"[+-]?\d{1,18}"
 _EPOCH = pd.Timestamp(0, tz="UTC")

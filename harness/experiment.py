@@ -8,6 +8,7 @@ before anything is sent to MLflow, so a tracking failure never loses them.
 from __future__ import annotations
 
 import json
+import numbers
 import time
 import traceback
 import warnings
@@ -651,7 +652,7 @@ def other_users_note(stats: Mapping[str, Any] | None) -> str | None:
     ``stats_`` (both engines count ``users_in_file``, ``users_requested`` and
     ``users_without_list``)."""
     needed = ("users_in_file", "users_requested", "users_without_list")
-    if not stats or not all(isinstance(stats.get(k), int) for k in needed):
+    if not stats or not all(isinstance(stats.get(k), numbers.Integral) for k in needed):
         return None  # not a score file's counts (a registry model's, say)
     in_file = int(stats["users_in_file"])
     other = in_file - (int(stats["users_requested"]) - int(stats["users_without_list"]))

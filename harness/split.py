@@ -52,6 +52,7 @@ from harness.data import (
     TIMESTAMP,
     USER,
     IdCodes,
+    _iso_utc,
     empty_like,
     known_codes,
     remember_codes,
@@ -773,8 +774,7 @@ def _resolve_time(value: Any, ts: np.ndarray, name: str) -> int | float:
     raise ValueError(f"'{name}' must be a date string or a quantile in (0, 1) (got {value!r})")
 
 
-def _iso(seconds: float) -> str:
-    return pd.Timestamp(seconds, unit="s", tz="UTC").isoformat()
+_iso = _iso_utc  # a time in epoch seconds as ISO 8601 UTC (harness.data)
 
 
 def _codes(s: pd.Series) -> tuple[np.ndarray, int]:

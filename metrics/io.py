@@ -91,8 +91,9 @@ def read_trec_run(path: str | Path) -> pd.DataFrame:
     )
 
 
-# canonical integral text: no sign "+", no leading zeros, optionally ".0"; int64 checked after
-_INTEGRAL = r"(?:0|-?[1-9]\d{0,18})(?:\.0+)?"
+#: Canonical integral id text (no sign "+", no leading zeros, optionally ".0"; int64 checked
+#: after): the one pattern of the id rule, which the harness's loader reads with too.
+INTEGRAL_ID = r"(?:0|-?[1-9]\d{0,18})(?:\.0+)?"
 _FORM = r"^\+|\.0+$"  # what only writes a number differently
 
 
@@ -112,13 +113,13 @@ def typed_ids(values: pd.Series | list[str], path: str | Path, column: str) -> p
         if (np.floor(x) == x).all() and (np.abs(x) < 2.0**53).all():
             return pd.Series(x.astype(np.int64))
     text = s.astype(str).str.strip()
-    integral = text.str.fullmatch(_INTEGRAL)
+    integral = text.str.fullmatch(INTEGRAL_ID)
     if integral.all():
         try:
             return pd.Series(text.str.replace(_FORM, "", regex=True).astype(np.int64))
         except (OverflowError, ValueError):
             pass
-    looks = text[text.str.fullmatch(r"\+?" + _INTEGRAL)]  # "+70", "70.0" and "70": one number
+    looks = text[text.str.fullmatch(r"\+?" + INTEGRAL_ID)]  # "+70", "70.0" and "70": one number
     forms = pd.DataFrame({"written": looks, "number": looks.str.replace(_FORM, "", regex=True)})
     forms = forms.drop_duplicates("written")
     clash = forms[forms["number"].duplicated(keep=False)]

@@ -291,6 +291,8 @@ def _seconds(x: Column, per_second: int, integral: bool) -> tuple[Column, Column
     the whole seconds (bigint) and whether the time is not a whole second."""
     from pyspark.sql import functions as sf
 
+    if integral and per_second == 1:  # as they are (a double would round beyond 2**53)
+        return x.cast("double"), x, sf.lit(False)
     if integral:
         part = sf.pmod(x, sf.lit(per_second))
         whole = ((x - part) / sf.lit(per_second)).cast("bigint")  # exact: a multiple of it
