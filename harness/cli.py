@@ -90,6 +90,7 @@ from harness.split import (
     without_times,
 )
 from harness.tracking import check_store_uri, configure_http
+from metrics.checks import require_int, require_range
 
 EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED = 1, 2, 3
 register()  # the typed config schemas (harness/schema.py), before Hydra composes
@@ -360,6 +361,25 @@ def engine_of(cfg: DictConfig) -> Iterator[Evaluator]:
         spark.stop()
 
 
+def check_engine(cfg: DictConfig) -> None:
+    """The ``engine`` settings checked once, before the data is read: a one-line ValueError
+    naming the key (``engine.driver_rows=0`` read as the 2,000,000 default before)."""
+    engine = cfg.get("engine") or {}
+    require_int("engine.batch_users", engine.get("batch_users", 4096))
+    if engine.get("name", "numpy") != "spark":
+        return
+    require_int("engine.shuffle_partitions", engine.get("shuffle_partitions", 8))
+    require_int("engine.buckets", engine.get("buckets", 16))
+    require_int("engine.driver_rows", engine.get("driver_rows", 2_000_000), minimum=0)
+    if engine.get("fit_sample") is not None:
+        require_range("engine.fit_sample", engine.get("fit_sample"), 0, 1, closed="right")
+
+
+def driver_rows_of(cfg: DictConfig) -> int:
+    """``engine.driver_rows``: the largest table ``engine=spark`` copies to the driver (0: none)."""
+    return int((cfg.get("engine") or {}).get("driver_rows", 2_000_000))
+
+
 def spark_of(cfg: DictConfig) -> Any:
     """The SparkSession of ``engine=spark`` (getOrCreate: the one ``engine_of`` stops), else
     None."""
@@ -445,11 +465,12 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     )
     resume_spec = str(cfg.resume) if cfg.get("resume") else None
     check_folder(resume_spec)  # a folder that cannot be resumed: exit 2 before the data is read
+    check_engine(cfg)
     spark = spark_of(cfg)  # engine=spark: load, split, models and metrics run on Spark
     events: Any = None  # engine=spark: the events and the split as Spark tables
     spark_split: Any = None
     engine = cfg.get("engine") or {}
-    driver_rows = int(engine.get("driver_rows") or 2_000_000)
+    driver_rows = driver_rows_of(cfg)
     check_split_has_time(str(cfg.split.method), _plain(cfg.dataset))  # before reading the data
     checkpoint("load")
     with stages.stage("load", "loading the dataset"):
@@ -556,7 +577,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         checkpoint("comparison", folder)
         with stages.stage("comparison", "comparing with the baseline (bootstrap, segments)"):
             pairs, decisions, overall, notes, verdict = _verdicts(result, cspec, gspec, evaluate)
-    sizing = sizing_of(result, pairs, decisions, cspec, gspec)  # online A/B test sizing
+    sizing = sizing_of(pairs, decisions, cspec, gspec)  # online A/B test sizing
     notes = notes + sizing_notes(sizing, cspec) + registry_notes(result, decisions, gspec.promote)
     checkpoint("report", folder)
     with stages.stage("report", "writing the report"):

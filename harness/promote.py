@@ -242,19 +242,15 @@ def plan_promotions(
     return plans
 
 
-def mean_ci(values: np.ndarray, confidence: float) -> tuple[float, float, float]:
-    """Mean and its normal-approximation CI (``mean ± z·sd/√n``, ddof=1) over per-user values,
-    NaN dropped; NaN when fewer than 2 values."""
-    v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
-    if v.size < 2:
-        mean = float(v.mean()) if v.size else float("nan")
-        return mean, float("nan"), float("nan")
+def mean_ci(mean: float, sd: float, n: float, confidence: float) -> tuple[float, float]:
+    """The normal-approximation CI ``mean ± z·sd/√n`` of a mean of ``n`` per-user values with
+    this sd (ddof=1); NaN when fewer than 2 values or the sd is unknown."""
+    if not (n >= 2 and np.isfinite(sd)):
+        return float("nan"), float("nan")
     from scipy import stats  # here, not at the top: ~0.5-1 s that every CLI start would pay
 
-    half = float(stats.norm.ppf(0.5 + confidence / 2) * v.std(ddof=1) / np.sqrt(v.size))
-    mean = float(v.mean())
-    return mean, mean - half, mean + half
+    half = float(stats.norm.ppf(0.5 + confidence / 2) * sd / np.sqrt(n))
+    return mean - half, mean + half
 
 
 def _num(value: Any) -> float | None:
@@ -269,7 +265,6 @@ def _num(value: Any) -> float | None:
 def evaluation_record(
     pair: Any,
     decision: Any,
-    per_user: Any,
     *,
     run_id: str,
     experiment: str,
@@ -281,8 +276,9 @@ def evaluation_record(
     date: str,
 ) -> dict[str, Any]:
     """The JSON record of one evaluation of a registered version (tag ``harness.eval.<run>``):
-    per metric on all users, the candidate's value with its CI (normal approximation over
-    users; whole-run metrics have none), the baseline's, and the relative lift with its CI."""
+    per metric on all users, the candidate's value with its CI (normal approximation over the
+    compared users, from the comparison's mean, sd and count, so a Spark run's record has it
+    too; whole-run metrics have none), the baseline's, and the relative lift with its CI."""
     numbers: dict[str, dict[str, Any]] = {}
     table = pair.table[pair.table["segment"] == "all"]
     for _, row in table.iterrows():
@@ -296,8 +292,10 @@ def evaluation_record(
             "lift_ci": [_num(row.get("lift_ci_low")), _num(row.get("lift_ci_high"))],
             "ci": [None, None],
         }
-        if row.get("kind") == "per-user" and per_user is not None and metric in per_user:
-            _, low, high = mean_ci(per_user[metric].to_numpy(), confidence)
+        if row.get("kind") == "per-user":
+            low, high = mean_ci(
+                float(row["mean_b"]), float(row.get("sd_b", np.nan)), float(row["n"]), confidence
+            )
             entry["ci"] = [_num(low), _num(high)]
         numbers[metric] = entry
     return {
@@ -482,11 +480,9 @@ def promote_run(
                 if base_info.get("info.name") is not None
                 else None
             )
-            outcome = result.outcomes[plan.candidate]
             record = evaluation_record(
                 pair,
                 decisions[plan.candidate],
-                outcome.evaluation.per_user if outcome.evaluation is not None else None,
                 run_id=parent_run,
                 experiment=experiment,
                 headline=headline or pair.gsb_metric,

@@ -139,7 +139,6 @@ def _fairness_metrics(pairs: Sequence[PairComparison]) -> dict[str, dict[str, fl
 
 
 def _sizing_metrics(
-    result: ExperimentResult,
     pairs: Sequence[PairComparison],
     decisions: Mapping[str, GateDecision],
     cspec: Any,
@@ -152,7 +151,7 @@ def _sizing_metrics(
     from harness.compare.sizing import sizing_of
 
     if sizing is None:  # the run's own table when given (the console printed it)
-        sizing = sizing_of(result, pairs, decisions, cspec, gspec)
+        sizing = sizing_of(pairs, decisions, cspec, gspec)
     wanted = ("lift", "users_per_arm", "days", "lift_ci_low", "users_per_arm_ci_low", "days_ci_low")
     return {
         str(row["candidate"]): (
@@ -300,7 +299,7 @@ def plan(
     # the configured baseline is tagged "baseline" also when every candidate failed (no pair)
     baseline = pairs[0].baseline if pairs else specs[0].baseline if specs else None
     fairness = _fairness_metrics(pairs)
-    by_sizing = _sizing_metrics(result, pairs, decisions, *specs, sizing) if specs and pairs else {}
+    by_sizing = _sizing_metrics(pairs, decisions, *specs, sizing) if specs and pairs else {}
     children = []
     for name, outcome in result.outcomes.items():
         ev = outcome.evaluation

@@ -166,6 +166,8 @@ class PairedComparison:
     dropped: int
     mean_a: float
     mean_b: float
+    sd_a: float  # per-unit sd (ddof=1) of each side over the n pairs: what sizes an A/B test
+    sd_b: float
     diff: float
     diff_ci: tuple[float, float]
     lift: float
@@ -342,6 +344,13 @@ def _all_flip_sums(d: np.ndarray) -> Iterator[np.ndarray]:
         k = np.arange(start, min(start + rows, 1 << n), dtype=np.int64)
         keep = ((k[:, None] >> shifts) & 1).astype(np.float64)
         yield 2.0 * (keep @ d) - total
+
+
+def _sd(x: np.ndarray) -> float:
+    """sd (ddof=1) of one side's values: NaN below 2, exactly 0 when they are all equal."""
+    if x.size < 2:
+        return float("nan")
+    return 0.0 if (x == x[0]).all() else float(x.std(ddof=1))
 
 
 def _mean_sd(d: np.ndarray) -> tuple[float, float]:
@@ -694,6 +703,19 @@ class PairMoments:
         skew = (m3 / self.n) / (m2 / self.n) ** 1.5
         return bool(abs(skew) / np.sqrt(self.n) <= _MAX_SKEW_OF_MEAN)
 
+    def side_sds(self) -> tuple[float, float]:
+        """sd (ddof=1) of ``a`` and of ``b = a + d`` (NaN below 2 pairs), from the centred
+        sums: ``Σ(a − ā)² = ΣA² − n·(ā − center_a)²``, and ``B = A + D`` centred on
+        ``center_a + center_d``."""
+        n = self.n
+        if n < 2:
+            return float("nan"), float("nan")
+        shift_a = self.sum_a / n - self.center_a
+        shift_b = self.sum_b / n - (self.center_a + self.center_d)
+        ss_a = self.sum_aa - n * shift_a * shift_a
+        ss_b = self.sum_aa + 2 * self.sum_ad + self.sum_dd - n * shift_b * shift_b
+        return float(np.sqrt(max(ss_a, 0.0) / (n - 1))), float(np.sqrt(max(ss_b, 0.0) / (n - 1)))
+
     def sum_squares(self) -> float:
         """Raw ``Σd²`` (exactly 0 when every difference is 0)."""
         if self.min_d == self.max_d == 0:
@@ -825,11 +847,12 @@ def compare_from_moments(
     p_rand = 1.0 if square == 0 else min(1.0, 2 * float(_st().norm.sf(z_flip)))
     t, df, p_t = _t_from(n, diff, sd)
     mde = float((_st().norm.ppf(1 - alpha / 2) + _st().norm.ppf(power)) * sd / root)
+    sd_a, sd_b = m.side_sds()
     return PairedComparison(
-        n=n, dropped=m.dropped, mean_a=mean_a, mean_b=m.sum_b / n, diff=diff,
-        diff_ci=(diff - half, diff + half), lift=lift, lift_ci=lift_ci, p_randomization=p_rand,
-        t=t, df=df, p_t=p_t, p_sign=sign_test(m.good, m.bad), effect_size=_d_z_from(n, diff, sd),
-        mde=mde, mde_rel=_lift(mde, abs(mean_a)), gsb=g,
+        n=n, dropped=m.dropped, mean_a=mean_a, mean_b=m.sum_b / n, sd_a=sd_a, sd_b=sd_b,
+        diff=diff, diff_ci=(diff - half, diff + half), lift=lift, lift_ci=lift_ci,
+        p_randomization=p_rand, t=t, df=df, p_t=p_t, p_sign=sign_test(m.good, m.bad),
+        effect_size=_d_z_from(n, diff, sd), mde=mde, mde_rel=_lift(mde, abs(mean_a)), gsb=g,
         gsb_ci=(sign_mean - sign_half, sign_mean + sign_half), confidence=confidence,
         n_resamples=0, method="normal",
     )  # fmt: skip
@@ -935,7 +958,8 @@ def _finish(
     t, df, p_t = _t_test(d, ms)
     mde = _mde(d, mean_a, alpha, power, ms)
     return PairedComparison(
-        n=va.size, dropped=p.dropped, mean_a=mean_a, mean_b=float(vb.mean()), diff=diff,
+        n=va.size, dropped=p.dropped, mean_a=mean_a, mean_b=float(vb.mean()), sd_a=_sd(va),
+        sd_b=_sd(vb), diff=diff,
         diff_ci=diff_ci, lift=lift, lift_ci=lift_ci, p_randomization=p_rand, t=t, df=df,
         p_t=p_t, p_sign=sign_test(g.good, g.bad), effect_size=_d_z(d, ms), mde=mde.absolute,
         mde_rel=mde.relative, gsb=g, gsb_ci=gsb_ci, confidence=confidence,

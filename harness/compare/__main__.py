@@ -716,7 +716,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         why=None if decision is not None else "the gate is off",
     )
     print(format_comparison(pair, summary, decisions, overall, verdict))
-    sizing, sized = _sizing(pair, logged, names, cspec, headline, decision)
+    sizing, sized = _sizing(pair, cspec, headline, decision)
     if not sizing.empty:
         print(format_sizing(sizing, cspec))
     out = Path(args.out) if args.out else _default_out(Path(args.runs_dir), pair)
@@ -816,21 +816,12 @@ def _default_out(runs_dir: Path, pair: PairComparison) -> Path:
 
 
 def _sizing(
-    pair: PairComparison,
-    logged: Sequence[_Logged],
-    names: Sequence[str],
-    cspec: CompareSpec,
-    metric: str,
-    decision: GateDecision | None,
+    pair: PairComparison, cspec: CompareSpec, metric: str, decision: GateDecision | None
 ) -> tuple[pd.DataFrame, list[str]]:
     """The online A/B test sizing of the pair, as the main run gives it (its rows and report
-    notes); runs whose per-user tables only Spark reads are not sized (a note says so)."""
-    frames = [x.per_user for x in logged]
-    if not all(isinstance(f, pd.DataFrame) for f in frames):
-        return pd.DataFrame(), ["A/B test sizing: not computed for runs of engine=spark"]
-    per_user = dict(zip(names, frames, strict=True))
+    notes), from the comparison's own means and spreads (either engine)."""
     decisions = {pair.candidate: decision.decision} if decision is not None else None
-    frame = sizing_rows([pair], per_user, cspec, metric=metric, decisions=decisions)
+    frame = sizing_rows([pair], cspec, metric=metric, decisions=decisions)
     return frame, sizing_notes(frame, cspec)
 
 

@@ -7,9 +7,11 @@ the standard two-sample normal formula (:func:`metrics.stats.ab_test_size`):
     Δ = lift · mean_baseline
 
 σ² are the per-user variances (ddof=1) of the metric over the offline test users the pair was
-compared on, and ``lift`` is the relative lift measured offline, oriented so positive is better;
-it is sized twice: at the measured lift and at the low end of its CI (the pessimistic case; "not
-detectable" when that end is at or below 0). A baseline whose mean is 0 has no relative lift: the
+compared on: the comparison's ``sd_a²`` and ``sd_b²``, from the pairs in process and from Spark's
+sums on ``engine=spark``, so runs of both engines are sized at any size. ``lift`` is the relative
+lift measured offline, oriented so positive is better; it is sized twice: at the measured lift
+and at the low end of its CI (the pessimistic case; "not detectable" when that end is at or below
+0). A baseline whose mean is 0 has no relative lift: the
 pair is then sized on the difference Δ and the low end of its CI. Days = ⌈2 · n /
 ``compare.daily_users``⌉: the daily traffic split evenly over the two arms, each user counted
 once. It is an estimate: it assumes the online metric behaves like the offline one, with the same
@@ -68,7 +70,6 @@ def _size(
 
 def sizing_rows(
     pairs: Sequence[PairComparison],
-    per_user: Mapping[str, pd.DataFrame],
     spec: CompareSpec,
     *,
     metric: str,
@@ -76,7 +77,9 @@ def sizing_rows(
 ) -> pd.DataFrame:
     """One row per pair worth an online test (GO or INCONCLUSIVE in ``decisions``; every pair
     when there is no gate): users per arm and days to detect the measured lift of ``metric`` and
-    the low end of its CI (NaN: not detectable). ``per_user``: model name → per-user metric table.
+    the low end of its CI (NaN: not detectable). The per-user means and spreads are the
+    comparison's own (its ``mean_a``, ``sd_a``, ``sd_b`` over the paired users), so a pair
+    compared on Spark is sized as one compared in process.
     """
     rows: list[dict[str, Any]] = []
     for pair in pairs:
@@ -86,13 +89,11 @@ def sizing_rows(
         row = pair.row(metric)
         if row is None or row.get("kind") != "per-user":
             continue  # not compared, or a whole-run metric: no per-user variance to size with
-        a, b = per_user[pair.baseline][metric], per_user[pair.candidate][metric]
-        both = a.notna() & b.notna()
-        va, vb = a[both].to_numpy(dtype=float), b[both].to_numpy(dtype=float)
-        if va.size < 2:
+        sds = np.array([row.get("sd_a", np.nan), row.get("sd_b", np.nan)], dtype=float)
+        if not np.isfinite(sds).all():  # under 2 paired users: no spread to size with
             continue
-        var_a, var_b = float(va.var(ddof=1)), float(vb.var(ddof=1))
-        mean_a = float(va.mean())
+        var_a, var_b = (float(v) for v in sds**2)
+        mean_a = float(row["mean_a"])
         sign = 1.0 if bool(row.get("higher_is_better", True)) else -1.0
         lift = float(row["lift"]) * sign
         low = min(float(row["lift_ci_low"]) * sign, float(row["lift_ci_high"]) * sign)
@@ -126,22 +127,16 @@ def sizing_rows(
 
 
 def sizing_of(
-    result: Any,
     pairs: Sequence[PairComparison],
     decisions: Mapping[str, Any],
     cspec: CompareSpec,
     gspec: Any,
 ) -> pd.DataFrame:
-    """:func:`sizing_rows` for one harness run (an ``ExperimentResult``): the gate's primary
-    metric (else ``compare.gsb_metric``), decisions from the gate when it is on; sanity
-    baselines (``gate.sanity``) are never launch candidates, so they get no sizing."""
+    """:func:`sizing_rows` for one harness run's pairs: the gate's primary metric (else
+    ``compare.gsb_metric``), decisions from the gate when it is on; sanity baselines
+    (``gate.sanity``) are never launch candidates, so they get no sizing."""
     primary = getattr(gspec, "primary", None) if getattr(gspec, "enabled", False) else None
     metric = str(primary.metric) if primary else cspec.gsb_metric
-    per_user = {
-        name: outcome.evaluation.per_user
-        for name, outcome in result.outcomes.items()
-        if outcome.evaluation is not None
-    }
     gated = (
         {c: getattr(d, "decision", d) for c, d in decisions.items()}
         if getattr(gspec, "enabled", False)
@@ -149,7 +144,7 @@ def sizing_of(
     )
     sanity = set(getattr(gspec, "sanity", ()) or ())
     launchable = [p for p in pairs if p.candidate not in sanity]
-    return sizing_rows(launchable, per_user, cspec, metric=metric, decisions=gated)
+    return sizing_rows(launchable, cspec, metric=metric, decisions=gated)
 
 
 def _count(users: float, days: float, daily: bool) -> str:

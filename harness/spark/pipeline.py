@@ -18,8 +18,8 @@ What reaches the driver (bounded by ``driver_rows``):
   (the score histogram; no training row);
 - only when the table has at most ``driver_rows`` rows: a copy of the events, of the split
   parts, of each model's top-k lists and per-user table, for the stages still run in-process
-  (the report's counts, MLflow's dataset digests, ``gate.promote`` and A/B sizing from per-user
-  values). Above it those copies are empty frames.
+  (the report's counts, MLflow's dataset digests). Above it those copies are empty frames; A/B
+  sizing and ``gate.promote``'s record read the comparison's aggregates instead.
 
 With ``candidates=sampled`` / ``file`` (:func:`build_candidates_spark`, built in Spark), each
 test user's candidates are scored on Spark (:func:`model_candidates`) and ranked among

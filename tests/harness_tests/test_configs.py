@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import harness.configs
 import metrics
-from harness.cli import build_models, suite_of
+from harness.cli import build_models, check_engine, driver_rows_of, suite_of
 from harness.datasets import Dataset, load_dataset
 from harness.errors import DataError
 from harness.experiment import MetricSuite, run_models
@@ -346,6 +346,30 @@ def test_quick_experiment_with_one_model_builds_only_that_model(option: str) -> 
     cfg = cfg_of("experiment=quick", f"model=[{option}]")
     built = built_models(cfg, progress=False)
     assert list(built) == [option]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["engine.batch_users=0"], r"'engine.batch_users' must be a positive int \(got 0\)"),
+        (["engine=spark", "engine.driver_rows=-1"], "'engine.driver_rows' must be an int >= 0"),
+        (["engine=spark", "engine.buckets=0"], "'engine.buckets' must be a positive int"),
+        (["engine=spark", "engine.shuffle_partitions=0"], "'engine.shuffle_partitions' must be"),
+        (["engine=spark", "engine.fit_sample=1.5"], r"'engine.fit_sample' must be in \(0, 1\]"),
+        (["engine=spark", "engine.fit_sample=0"], r"'engine.fit_sample' must be in \(0, 1\]"),
+    ],
+)
+def test_bad_engine_settings_are_one_line_errors(overrides: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        check_engine(cfg_of(*overrides))
+
+
+def test_driver_rows_zero_is_accepted_as_zero() -> None:
+    """0 keeps every table off the driver (it was read as the 2,000,000 default)."""
+    cfg = cfg_of("engine=spark", "engine.driver_rows=0", "engine.fit_sample=1.0")
+    check_engine(cfg)
+    assert driver_rows_of(cfg) == 0
+    assert driver_rows_of(cfg_of("engine=spark")) == 2_000_000
 
 
 def test_engine_batch_users_reaches_the_models() -> None:

@@ -15,7 +15,7 @@ from support import HarnessCli
 
 from harness.compare import CompareSpec, compare_pair
 from harness.compare.sizing import format_sizing, sizing_notes, sizing_rows
-from metrics.stats import ab_test_size
+from metrics.stats import NORMAL_MIN_N, ab_test_size
 
 power_mod = pytest.importorskip("statsmodels.stats.power")
 
@@ -114,7 +114,7 @@ def test_sizing_rows_size_go_and_inconclusive_pairs_only() -> None:
         for name in ("better", "tiny", "worse")
     ]
     decisions = {"better": "GO", "tiny": "INCONCLUSIVE", "worse": "NO_GO"}
-    frame = sizing_rows(pairs, tables, spec, metric="ndcg@10", decisions=decisions)
+    frame = sizing_rows(pairs, spec, metric="ndcg@10", decisions=decisions)
     assert list(frame["candidate"]) == ["better", "tiny"]  # NO_GO is not worth a test
 
     better_row = frame.iloc[0]
@@ -144,7 +144,7 @@ def test_sizing_rows_size_go_and_inconclusive_pairs_only() -> None:
 
     # no gate: every pair is sized; no traffic configured: no days
     plain = CompareSpec(n_resamples=300, seed=3)
-    frame = sizing_rows(pairs, tables, plain, metric="ndcg@10")
+    frame = sizing_rows(pairs, plain, metric="ndcg@10")
     assert list(frame["candidate"]) == ["better", "tiny", "worse"]
     assert frame["days"].isna().all()
     assert np.isnan(frame.iloc[2]["users_per_arm"])  # a drop is never a reason to launch
@@ -159,7 +159,7 @@ def test_lower_is_better_metric_is_oriented() -> None:
     a = pd.DataFrame({"rmse": rng.gamma(4, 0.25, 500)}, index=users)
     b = pd.DataFrame({"rmse": a["rmse"] * 0.9 + rng.normal(0, 0.05, 500)}, index=users)
     pair = compare_pair("a", "b", (a, b), ["rmse"], spec)
-    frame = sizing_rows([pair], {"a": a, "b": b}, spec, metric="rmse", decisions={"b": "GO"})
+    frame = sizing_rows([pair], spec, metric="rmse", decisions={"b": "GO"})
     row = frame.iloc[0]
     raw = pair.row("rmse")
     assert raw["lift"] < 0 and row["lift"] == pytest.approx(-raw["lift"])  # lower error: better
@@ -177,7 +177,7 @@ def test_a_zero_baseline_is_sized_on_the_difference() -> None:
     hit = rng.random(2000) < 0.05  # a few users gain
     b = pd.DataFrame({"ndcg@10": np.where(hit, rng.random(2000), 0.0)}, index=users)
     pair = compare_pair("zero", "cand", (a, b), ["ndcg@10"], spec)
-    frame = sizing_rows([pair], {"zero": a, "cand": b}, spec, metric="ndcg@10", decisions=None)
+    frame = sizing_rows([pair], spec, metric="ndcg@10", decisions=None)
     row = frame.iloc[0]
     z = norm.ppf(0.975) + norm.ppf(0.8)
     diff = b["ndcg@10"].mean()
@@ -194,6 +194,20 @@ def test_a_zero_baseline_is_sized_on_the_difference() -> None:
         f"{int(row['users_per_arm_ci_low']):,} users per arm, {int(row['days_ci_low'])} days"
     )
     assert "nan" not in format_sizing(frame, spec)
+
+
+def test_a_pair_compared_on_the_normal_path_is_sized_from_its_sums() -> None:
+    """At NORMAL_MIN_N pairs the comparison keeps no per-user arrays (its intervals come from
+    sums, as on Spark): the sizing still equals the formula on numpy's variances."""
+    spec = CompareSpec(seed=1, daily_users=5000)
+    base, better = _tables(4, 0.01, n=NORMAL_MIN_N + 100)
+    pair = compare_pair("base", "better", (base, better), ["ndcg@10"], spec)
+    assert pair.row("ndcg@10")["method"] == "normal"
+    row = sizing_rows([pair], spec, metric="ndcg@10").iloc[0]
+    a, b = base["ndcg@10"], better["ndcg@10"]
+    lift = b[a.notna()].mean() / a.mean() - 1
+    assert (row["users_per_arm"], row["days"]) == _expected(a, b, lift, spec)
+    assert row["var_a"] == pytest.approx(np.var(a.dropna(), ddof=1), rel=1e-12)
 
 
 def test_bad_sizing_settings_are_one_line_errors() -> None:

@@ -74,8 +74,11 @@ def test_stats_still_computes_with_scipy_imported_late() -> None:
 
     n = len(a)
     m = sum(a) / n
-    half = 1.959963984540054 * (sum((x - m) ** 2 for x in a) / (n - 1)) ** 0.5 / n**0.5
-    assert mean_ci(np.array(a), 0.95) == pytest.approx((m, m - half, m + half), rel=1e-12)
+    sd = (sum((x - m) ** 2 for x in a) / (n - 1)) ** 0.5
+    half = 1.959963984540054 * sd / n**0.5
+    assert mean_ci(m, sd, n, 0.95) == pytest.approx((m - half, m + half), rel=1e-12)
+    assert np.isnan(mean_ci(m, float("nan"), n, 0.95)).all()  # a table without sd: no CI
+    assert np.isnan(mean_ci(m, sd, 1, 0.95)).all()
 
 
 def test_help_does_not_copy_the_config_store() -> None:

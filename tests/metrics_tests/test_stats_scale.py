@@ -209,6 +209,8 @@ def _reference(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict[s
     return {
         "mean_a": a.mean(),
         "mean_b": b.mean(),
+        "sd_a": a.std(ddof=1),
+        "sd_b": b.std(ddof=1),
         "diff": d.mean(),
         "diff_ci_low": d.mean() - z * sd / math.sqrt(n),
         "diff_ci_high": d.mean() + z * sd / math.sqrt(n),
@@ -292,6 +294,29 @@ def test_normal_ok_from_sums_decides_as_on_the_arrays() -> None:
     # identical models: every difference is 0, exactly as the bootstrap gives it
     same = stats.compare_from_moments(_raw_sums(c, c.copy()))
     assert same.diff_ci == (0.0, 0.0) and same.p_randomization == 1.0 and same.t == 0.0
+
+
+def test_side_sds_are_numpys_on_both_paths() -> None:
+    """The per-unit sd of each side (what sizes an online test) is numpy's over the pairs both
+    sides hold, on the bootstrap path, the normal path and from sums centred anywhere (values
+    far from 0 included); exactly 0 for a constant side; NaN below 2 pairs."""
+    rng = np.random.default_rng(8)
+    a, b = rng.random(300), rng.random(300)
+    a[:5], b[5:9] = np.nan, np.nan
+    ok = ~(np.isnan(a) | np.isnan(b))
+    want = (np.std(a[ok], ddof=1), np.std(b[ok], ddof=1))
+    boot = stats.compare(a, b, n_resamples=50)
+    assert boot.method == "bootstrap" and boot.n == ok.sum()
+    assert (boot.sd_a, boot.sd_b) == pytest.approx(want, rel=1e-12)
+    normal = stats.compare(a, b, method="normal")
+    assert (normal.sd_a, normal.sd_b) == pytest.approx(want, rel=1e-12)
+    far_a, far_b = 1e6 + rng.random(5000), 1e6 + rng.random(5000)
+    centred = stats.pair_moments(far_a, far_b).side_sds()
+    assert centred == pytest.approx((far_a.std(ddof=1), far_b.std(ddof=1)), rel=1e-9)
+    flat = stats.compare(np.zeros(10), rng.random(10), n_resamples=20)
+    assert flat.sd_a == 0.0
+    one = stats.compare([0.5], [0.7], n_resamples=20)
+    assert np.isnan(one.sd_a) and np.isnan(one.sd_b)
 
 
 def test_moments_need_a_pair() -> None:

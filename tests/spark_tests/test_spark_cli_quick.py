@@ -40,7 +40,11 @@ def quick_runs(
     skipped, or failed under ``CI=true``, without PySpark or Java.)"""
     where = tmp_path_factory.mktemp("quick")
     LABELS.to_csv(where / "labels.csv", index=False)
-    opts = ["compare.n_resamples=200", f"compare.human_labels={where / 'labels.csv'}"]
+    opts = [
+        "compare.n_resamples=200",
+        f"compare.human_labels={where / 'labels.csv'}",
+        "compare.daily_users=1000",
+    ]
     models = "model=[popularity,item_knn]"  # one candidate: labels without a candidate column
     runs = harness_cli.run_engines(where, models, *opts, quick=True, timeout=900)
     read = {}
@@ -65,6 +69,22 @@ def test_harness_engine_spark_equals_numpy_end_to_end(quick_runs: dict[str, Any]
         assert np.allclose(a.to_numpy(), b.to_numpy(), atol=TOL, rtol=0, equal_nan=True)
     verdict = [x for x in out_n.splitlines() if "gate" in x or "ΔGSB" in x]
     assert verdict and verdict == [x for x in out_s.splitlines() if "gate" in x or "ΔGSB" in x]
+    # the online A/B test sizing: Spark's from its comparison's sums, the same lines
+    assert sizing_lines(out_n) and sizing_lines(out_s) == sizing_lines(out_n)
+
+
+def sizing_lines(out: str) -> list[str]:
+    """The A/B test sizing block a run prints: its heading and one line per candidate."""
+    lines = out.splitlines()
+    start = next((i for i, x in enumerate(lines) if x.startswith("online A/B test sizing")), None)
+    if start is None:
+        return []
+    block = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith("  "):
+            break
+        block.append(line)
+    return block
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,6 +161,9 @@ def test_harness_compare_reads_spark_runs_tables(
     assert on_spark.returncode == 0, on_spark.stderr[-3000:]
     assert "comparing in Spark (--engine auto" in on_spark.stdout
     assert_same_table(table("c3"), logged)
+    # tables only Spark reads are sized as the run sized them (they were not sized, with a note)
+    main_sizing = sizing_lines(quick_runs["read"]["spark"][0])
+    assert main_sizing and sizing_lines(on_spark.stdout) == main_sizing
 
     # 3. the in-process comparison of the same per-user tables (read here with pandas)
     def read(path: str, order: list[str]) -> pd.DataFrame:
@@ -180,6 +203,7 @@ def test_harness_compare_reads_spark_runs_tables(
     assert copy.returncode == 0, copy.stderr[-3000:]
     assert "comparing in Spark" not in copy.stdout
     assert_same_table(table("c4"), logged)
+    assert sizing_lines(copy.stdout) == main_sizing
     artifacts = Path(client.get_run(base.info.run_id).info.artifact_uri.removeprefix("file://"))
     shutil.rmtree(artifacts / "per_user.parquet")
     failed = compare_cli(harness_cli, cwd, *ids, *opts, "--out", "c5")

@@ -154,6 +154,13 @@ def test_same_comparison_as_in_process(spark: Any, kind: str, n: int, spec: Comp
     mrr = t[(t["segment"] == "all") & (t["metric"] == "mrr@10")].iloc[0]
     assert (mrr["dropped"], mrr["n"]) == (left_out, n - left_out) and left_out > 0
     assert any(x.startswith(f"mrr@10: compared on the {n - left_out:,} of") for x in ref.notes)
+    # each side's per-user sd (what sizes the online test), from Spark's sums or its collected
+    # pairs, is numpy's over the users both tables hold
+    mt = mine.table
+    for row in mt[(mt["segment"] == "all") & (mt["kind"] == "per-user")].itertuples():
+        ok = a[row.metric].notna() & b[row.metric].notna()
+        want = (a[row.metric][ok].std(ddof=1), b[row.metric][ok].std(ddof=1))
+        assert (row.sd_a, row.sd_b) == pytest.approx(want, rel=1e-9), row.metric
     methods = dict(zip(zip(t["segment"], t["metric"], strict=True), t["method"], strict=True))
     if n >= NORMAL_MIN_N:  # both branches ran: normal from the sums, bootstrap collected
         assert methods[("all", "ndcg@10")] == "normal"
