@@ -959,11 +959,10 @@ def _finish(
     mde = _mde(d, mean_a, alpha, power, ms)
     return PairedComparison(
         n=va.size, dropped=p.dropped, mean_a=mean_a, mean_b=float(vb.mean()), sd_a=_sd(va),
-        sd_b=_sd(vb), diff=diff,
-        diff_ci=diff_ci, lift=lift, lift_ci=lift_ci, p_randomization=p_rand, t=t, df=df,
-        p_t=p_t, p_sign=sign_test(g.good, g.bad), effect_size=_d_z(d, ms), mde=mde.absolute,
-        mde_rel=mde.relative, gsb=g, gsb_ci=gsb_ci, confidence=confidence,
-        n_resamples=n_resamples, method="bootstrap",
+        sd_b=_sd(vb), diff=diff, diff_ci=diff_ci, lift=lift, lift_ci=lift_ci,
+        p_randomization=p_rand, t=t, df=df, p_t=p_t, p_sign=sign_test(g.good, g.bad),
+        effect_size=_d_z(d, ms), mde=mde.absolute, mde_rel=mde.relative, gsb=g,
+        gsb_ci=gsb_ci, confidence=confidence, n_resamples=n_resamples, method="bootstrap",
     )  # fmt: skip
 
 
