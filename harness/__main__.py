@@ -15,12 +15,17 @@ def main() -> None:
     if sys.stderr.isatty() and "progress=false" not in args and not {"-h", "--help"} & set(args):
         print("… starting (loading libraries, composing the config)", file=sys.stderr, flush=True)
     from harness.cli import entry
+    from harness.shutdown import run_and_leave
 
-    try:
-        entry()
-    except BrokenPipeError:  # the reader stopped early (`--help | head`): no traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit either
-        sys.exit(1)
+    def command() -> int | None:
+        try:
+            entry()
+        except BrokenPipeError:  # the reader stopped early (`--help | head`): no traceback
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+            return 1
+        return None
+
+    run_and_leave(command)  # without the interpreter's teardown (harness/shutdown.py)
 
 
 if __name__ == "__main__":

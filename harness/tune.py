@@ -1072,4 +1072,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from harness.shutdown import run_and_leave
+
+    run_and_leave(main)

@@ -907,4 +907,6 @@ def _log(
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from harness.shutdown import run_and_leave
+
+    run_and_leave(main)
