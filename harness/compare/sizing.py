@@ -11,11 +11,10 @@ compared on: the comparison's ``sd_a²`` and ``sd_b²``, from the pairs in proce
 sums on ``engine=spark``, so runs of both engines are sized at any size. ``lift`` is the relative
 lift measured offline, oriented so positive is better; it is sized twice: at the measured lift
 and at the low end of its CI (the pessimistic case; "not detectable" when that end is at or below
-0). A baseline whose mean is 0 has no relative lift: the
-pair is then sized on the difference Δ and the low end of its CI. Days = ⌈2 · n /
-``compare.daily_users``⌉: the daily traffic split evenly over the two arms, each user counted
-once. It is an estimate: it assumes the online metric behaves like the offline one, with the same
-per-user spread and relative effect.
+0). A baseline whose mean is 0 has no relative lift: the pair is then sized on the difference Δ
+and the low end of its CI. Days = ⌈2 · n / ``compare.daily_users``⌉: the daily traffic split
+evenly over the two arms, each user counted once. It is an estimate: it assumes the online metric
+behaves like the offline one, with the same per-user spread and relative effect.
 """
 
 from __future__ import annotations
