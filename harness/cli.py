@@ -72,7 +72,13 @@ from harness.promote import check_promotion, promote_run, registry_notes
 from harness.record import failed_job_row, job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
 from harness.resume import check_folder, finished, record_resumption, resume
-from harness.schema import config_error, one_line_config_errors, register, share_config_store
+from harness.schema import (
+    SparkEngine,
+    config_error,
+    one_line_config_errors,
+    register,
+    share_config_store,
+)
 from harness.spark.io import malformed_csv
 from harness.spark.pipeline import (
     build_candidates_spark,
@@ -365,19 +371,18 @@ def check_engine(cfg: DictConfig) -> None:
     """The ``engine`` settings checked once, before the data is read: a one-line ValueError
     naming the key (``engine.driver_rows=0`` read as the 2,000,000 default before)."""
     engine = cfg.get("engine") or {}
-    require_int("engine.batch_users", engine.get("batch_users", 4096))
+    require_int("engine.batch_users", engine.get("batch_users", SparkEngine.batch_users))
     if engine.get("name", "numpy") != "spark":
         return
-    require_int("engine.shuffle_partitions", engine.get("shuffle_partitions", 8))
-    require_int("engine.buckets", engine.get("buckets", 16))
-    require_int("engine.driver_rows", engine.get("driver_rows", 2_000_000), minimum=0)
+    for key, least in (("shuffle_partitions", 1), ("buckets", 1), ("driver_rows", 0)):
+        require_int(f"engine.{key}", engine.get(key, getattr(SparkEngine, key)), minimum=least)
     if engine.get("fit_sample") is not None:
         require_range("engine.fit_sample", engine.get("fit_sample"), 0, 1, closed="right")
 
 
 def driver_rows_of(cfg: DictConfig) -> int:
     """``engine.driver_rows``: the largest table ``engine=spark`` copies to the driver (0: none)."""
-    return int((cfg.get("engine") or {}).get("driver_rows", 2_000_000))
+    return int((cfg.get("engine") or {}).get("driver_rows", SparkEngine.driver_rows))
 
 
 def spark_of(cfg: DictConfig) -> Any:

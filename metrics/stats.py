@@ -347,16 +347,16 @@ def _all_flip_sums(d: np.ndarray) -> Iterator[np.ndarray]:
 
 
 def _sd(x: np.ndarray) -> float:
-    """sd (ddof=1) of one side's values: NaN below 2, exactly 0 when they are all equal."""
+    """sd (ddof=1): NaN below 2 values, exactly 0 when they are all equal (``std`` of equal
+    values may give 1e-17)."""
     if x.size < 2:
         return float("nan")
     return 0.0 if (x == x[0]).all() else float(x.std(ddof=1))
 
 
 def _mean_sd(d: np.ndarray) -> tuple[float, float]:
-    """Mean and sd (ddof=1) of at least 2 differences; sd is exactly 0 when they are all equal."""
-    sd = 0.0 if (d == d[0]).all() else float(d.std(ddof=1))  # d.std of equal values may be 1e-17
-    return float(d.mean()), sd
+    """Mean and :func:`_sd` of at least 2 differences."""
+    return float(d.mean()), _sd(d)
 
 
 def _t_from(n: int, mean: float, sd: float) -> tuple[float, int, float]:

@@ -88,10 +88,10 @@ def sizing_rows(
         row = pair.row(metric)
         if row is None or row.get("kind") != "per-user":
             continue  # not compared, or a whole-run metric: no per-user variance to size with
-        sds = np.array([row.get("sd_a", np.nan), row.get("sd_b", np.nan)], dtype=float)
-        if not np.isfinite(sds).all():  # under 2 paired users: no spread to size with
+        sd_a, sd_b = float(row.get("sd_a", np.nan)), float(row.get("sd_b", np.nan))
+        if not (np.isfinite(sd_a) and np.isfinite(sd_b)):  # under 2 paired users: no spread
             continue
-        var_a, var_b = (float(v) for v in sds**2)
+        var_a, var_b = sd_a * sd_a, sd_b * sd_b
         mean_a = float(row["mean_a"])
         sign = 1.0 if bool(row.get("higher_is_better", True)) else -1.0
         lift = float(row["lift"]) * sign
