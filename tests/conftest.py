@@ -31,18 +31,25 @@ collect_ignore_glob = ["metrics_tests/reference/make_*.py"]
 LONG_FIXTURES = frozenset({"spark", "harness_cli", "quick_run", "mlflow_server"})
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the marks added here count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order the files longest first, each file's tests kept in its order: files with Spark
-    tests, then files with other long tests (marked ``slow`` or using a fixture of
-    :data:`LONG_FIXTURES`), then the rest; within a group, the files with most tests first
-    (pytest-xdist's own order). Under ``--dist loadfile`` (two workers, README's command) the
-    long files then start early instead of last (pytest-xdist ordered them by test count only,
-    so the one-test Spark files came at the end), and the run ends on short files."""
+    """Mark ``spark`` every test in ``spark_tests`` or using the ``spark`` fixture (so
+    ``-m "not spark"`` leaves out every test that needs Java), and order the files longest
+    first, each file's tests kept in its order: files with Spark tests, then files with other
+    long tests (marked ``slow`` or using a fixture of :data:`LONG_FIXTURES`), then the rest;
+    within a group, the files with most tests first (pytest-xdist's own order). Under
+    ``--dist loadfile`` (two workers, README's command) the long files then start early instead
+    of last (pytest-xdist ordered them by test count only, so the one-test Spark files came at
+    the end), and the run ends on short files."""
     group: dict[Path, int] = {}
     count: dict[Path, int] = {}
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if "spark" in names or item.get_closest_marker("spark"):
+        if ("spark" in names or item.path.parent.name == "spark_tests") and not (
+            item.get_closest_marker("spark")
+        ):
+            item.add_marker(pytest.mark.spark)
+        if item.get_closest_marker("spark"):
             rank = 0
         elif names & LONG_FIXTURES or item.get_closest_marker("slow"):
             rank = 1
