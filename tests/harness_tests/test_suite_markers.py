@@ -37,7 +37,8 @@ def pytest_collection_finish(session):
 def test_every_test_that_needs_java_is_marked_spark(tmp_path: Path) -> None:
     (tmp_path / "marks_plugin.py").write_text(PLUGIN)
     out = tmp_path / "marks.json"
-    env = {"PYTHONPATH": str(tmp_path), "MARKS_OUT": str(out)}
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env = {"PYTHONPATH": path, "MARKS_OUT": str(out)}
     cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "marks_plugin"]
     cmd += ["-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=", str(TESTS)]
     proc = subprocess.run(
