@@ -45,9 +45,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     count: dict[Path, int] = {}
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if ("spark" in names or item.path.parent.name == "spark_tests") and not (
-            item.get_closest_marker("spark")
-        ):
+        if "spark" in names or item.path.parent.name == "spark_tests":
             item.add_marker(pytest.mark.spark)
         if item.get_closest_marker("spark"):
             rank = 0
