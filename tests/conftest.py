@@ -112,13 +112,16 @@ def spark() -> Iterator[Any]:
     # processes) take one and this session the other, so both are tested: AQE off there, on
     # here; expressions compiled to Java there (Spark's default), interpreted here, since on
     # these tiny tables compiling each new plan is much of a job's time (test_spark.py and
-    # test_spark_catalog_auc.py: 176 -> 143 s wall, measured); both modes give the same rows
+    # test_spark_catalog_auc.py: 176 -> 143 s wall, measured); both modes give the same rows.
+    # Two shuffle partitions, as the CLI tests' engine.shuffle_partitions=2: still more than
+    # one part to merge, a quarter of the tasks (a Spark tie test: 37-39 -> 29.4 s, measured)
     os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
     session = spark_session(
         "local[2]",
         app_name="recsys-harness-tests",
         config={
             "spark.sql.adaptive.enabled": "true",
+            "spark.sql.shuffle.partitions": "2",
             "spark.sql.codegen.wholeStage": "false",
             "spark.sql.codegen.factoryMode": "NO_CODEGEN",
         },

@@ -94,15 +94,6 @@ def subsecond_events() -> pd.DataFrame:
     return df.assign(timestamp=ms / 1000)
 
 
-@pytest.fixture
-def few_partitions(spark: Any) -> Any:
-    """Two shuffle partitions while a test runs (the data is small); restored afterwards."""
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "2")
-    yield spark
-    spark.conf.set("spark.sql.shuffle.partitions", before)
-
-
 def test_split_cases_pair_every_method_filter_policy_and_id_kind() -> None:
     """The pairwise cases above cover what they claim (so a later edit cannot thin them)."""
     seen = {(c.values[0], c.values[4]) for c in CASES} | {(c.values[0], c.values[3]) for c in CASES}
@@ -116,7 +107,7 @@ def test_split_cases_pair_every_method_filter_policy_and_id_kind() -> None:
 
 @pytest.mark.parametrize(("method", "params", "filters", "ids", "unseen"), CASES)
 def test_split_rows_and_stats_equal_the_in_process_split(
-    few_partitions: Any,
+    spark: Any,
     method: str,
     params: dict[str, Any],
     filters: dict[str, Any],
@@ -126,7 +117,6 @@ def test_split_rows_and_stats_equal_the_in_process_split(
     """The same train / valid / test rows, params and stats."""
     from harness.spark.split import apply_filters_spark, method_split_spark
 
-    spark = few_partitions
     df = events(ids)
     sdf = spark.createDataFrame(df.astype({"user": object, "item": object}) if ids == "str" else df)
     raw = method_split_spark(sdf, method, **params)
@@ -149,13 +139,13 @@ def test_split_rows_and_stats_equal_the_in_process_split(
         assert want.stats["test_dropped_events"] == want.stats["test_unseen_events"]
 
 
-def test_sub_second_splits_equal_the_in_process_ones(few_partitions: Any) -> None:
+def test_sub_second_splits_equal_the_in_process_ones(spark: Any) -> None:
     """Float (sub-second) times: the same rows and stats from every method on both engines."""
     from harness.spark.split import apply_filters_spark, method_split_spark
 
     df = subsecond_events()
     assert df["timestamp"].dtype == np.float64
-    sdf = few_partitions.createDataFrame(df)
+    sdf = spark.createDataFrame(df)
     for method, params in METHODS:
         want = hsplit.make_split(df, method, **params)
         got = apply_filters_spark(method_split_spark(sdf, method, **params))
@@ -164,11 +154,11 @@ def test_sub_second_splits_equal_the_in_process_ones(few_partitions: Any) -> Non
         assert want.test["timestamp"].dtype == np.float64
 
 
-def test_make_split_spark_fills_defaults_and_checks_params(few_partitions: Any) -> None:
+def test_make_split_spark_fills_defaults_and_checks_params(spark: Any) -> None:
     from harness.spark.split import make_split_spark
 
     df = events("int")
-    sdf = few_partitions.createDataFrame(df)
+    sdf = spark.createDataFrame(df)
     want = hsplit.make_split(df, "user_time")
     got = make_split_spark(sdf, "user_time")
     same_parts(got, want)
@@ -217,7 +207,7 @@ def test_random_split_ignores_row_order_and_follows_the_seed() -> None:
 
 @pytest.mark.parametrize(("ids", "sampling"), [("str", "uniform"), ("int", "popularity")])
 def test_sampled_candidates_equal_the_in_process_ones(
-    few_partitions: Any, ids: str, sampling: str
+    spark: Any, ids: str, sampling: str
 ) -> None:
     """The same (user, item) rows, for text and integer ids, uniform and popularity draws; test
     items unseen in training (unseen=keep), and a user who has seen all but a few items (who
@@ -238,7 +228,7 @@ def test_sampled_candidates_equal_the_in_process_ones(
     if ids == "str":
         train, test = (p.astype({"user": object, "item": object}) for p in (train, test))
     got = sample_negatives_spark(
-        few_partitions.createDataFrame(train), few_partitions.createDataFrame(test), 20, sampling, 4
+        spark.createDataFrame(train), spark.createDataFrame(test), 20, sampling, 4
     )
     pd.testing.assert_frame_equal(frame(got, drop_row=True), frame(want, drop_row=True))
     per_user = want.groupby("user").size()
