@@ -249,6 +249,18 @@ def model_lists(
 Ties = Callable[["DataFrame"], "DataFrame"]
 
 
+def _checked_scores(spark: SparkSession, model: Any, train: DataFrame) -> Any:
+    """A score file's table read and checked once for the run's stats, lists, ties and
+    candidates (:func:`harness.spark.models.checked_scores`); None for any other model."""
+    from harness.models import PrecomputedScores
+    from harness.spark.models import checked_scores
+
+    if type(model) is not PrecomputedScores or model._kind() == "trec":
+        return None
+    columns = dict(model.columns) or None
+    return checked_scores(spark, model.path, train, columns=columns, fmt=model._kind())
+
+
 def _score_file_stats(
     spark: SparkSession,
     model: Any,
@@ -256,9 +268,11 @@ def _score_file_stats(
     users: DataFrame | None,
     outcome: Any,
     options: Mapping[str, Any],
+    scores: Any = None,
 ) -> None:
     """A score file's counts as in process (``model.stats_``, logged as ``model.stats.*``) and
-    the note on test users it has no list for (``users``: the users ranked over the catalog)."""
+    the note on test users it has no list for (``users``: the users ranked over the catalog).
+    ``scores``: the file's :func:`harness.spark.models.checked_scores` (None: read it here)."""
     from harness.experiment import missing_users_note, other_users_note
     from harness.models import PrecomputedScores
     from harness.models.precomputed import _show
@@ -268,7 +282,7 @@ def _score_file_stats(
         return
     columns = dict(model.columns) or None
     stats, example = precomputed_stats(
-        spark, model.path, train, users, columns=columns, fmt=model._kind()
+        spark, scores or model.path, train, users, columns=columns, fmt=model._kind()
     )
     model.stats_ = stats
     if example is not None:
@@ -289,10 +303,12 @@ def _model_ranking(
     batch_users: int = 4096,
     fit_sample: float | None = None,
     seed: int = 0,
+    scores: Any = None,
 ) -> tuple[DataFrame, str, Ties]:
     """:func:`model_lists`, and how to fetch the items tied with each list's k-th score from
     the same fit (a plug-in or ALS is fitted once): one pass over the scores for popularity
-    and a score table, deeper lists for the others (:func:`_deepened`)."""
+    and a score table, deeper lists for the others (:func:`_deepened`). ``scores``: a score
+    file's :func:`harness.spark.models.checked_scores` (None: read where used)."""
     from harness.models import PopularityModel, PrecomputedScores
     from harness.spark.models import (
         SparkALS,
@@ -320,9 +336,9 @@ def _model_ranking(
             "columns": dict(model.columns) or None,
             "fmt": model._kind(),
         }
-        lists = precomputed_topk(spark, model.path, train, users, k, **how)
-        path = model.path
-        return lists, "spark", lambda kth: precomputed_tied(spark, path, train, kth, **how)
+        source = scores or model.path
+        lists = precomputed_topk(spark, source, train, users, k, **how)
+        return lists, "spark", lambda kth: precomputed_tied(spark, source, train, kth, **how)
     fitted = fit_plugin(model, train, sample=fit_sample, seed=seed)
     deeper = _plugin_deeper(spark, fitted, train, batch_users=batch_users, fit_sample=fit_sample)
     return deeper(users, k), "plugin", partial(_deepened, deeper, k)
@@ -407,11 +423,13 @@ def model_candidates(
     batch_users: int = 4096,
     fit_sample: float | None = None,
     seed: int = 0,
+    scores: Any = None,
 ) -> tuple[DataFrame, str]:
     """Each candidate's score (user, item, score) from a model on Spark, as in-process
     ``score_items`` gives it (no seen-item exclusion; unscorable candidates left out), and how
     it was computed: popularity, precomputed scores and MLlib ALS natively; any other harness
-    model fitted on the driver and scored in groups of users (``applyInPandas``)."""
+    model fitted on the driver and scored in groups of users (``applyInPandas``). ``scores``:
+    a score file's :func:`harness.spark.models.checked_scores` (None: read here)."""
     from harness.models import PopularityModel, PrecomputedScores
     from harness.spark.models import (
         SparkALS,
@@ -429,7 +447,7 @@ def model_candidates(
     if type(model) is PrecomputedScores and model._kind() != "trec":
         scored = precomputed_candidates(
             spark,
-            model.path,
+            scores or model.path,
             train,
             candidates,
             columns=dict(model.columns) or None,
@@ -553,9 +571,11 @@ def run_models_spark(
         topk_uri = _uri(base, name, "topk.parquet")
         per_user_uri = _uri(base, name, "per_user.parquet")
         where = _uri(base, name, "parts")
+        scores = None  # a score file read and checked once for all its uses below
         try:
             t0 = time.perf_counter()
             with _python_errors(), _quiet():
+                scores = _checked_scores(spark, model, sp.train)
                 counted = None  # a plug-in's catalog AUC counts, from its ranking pass
                 tied = None  # lists with every item tied with the k-th, when the rule needs them
                 if mine is None and score_names and _plugin_scores_catalog(model):
@@ -586,6 +606,7 @@ def run_models_spark(
                         batch_users=batch_users,
                         fit_sample=fit_sample,
                         seed=seed,
+                        scores=scores,
                     )
                 else:
                     scored_uri = _uri(base, name, "candidate_scores.parquet")
@@ -597,6 +618,7 @@ def run_models_spark(
                         batch_users=batch_users,
                         fit_sample=fit_sample,
                         seed=seed,
+                        scores=scores,
                     )
                     # in-process order: by user, then item (metrics' input-order ties)
                     scored.orderBy("user", "item").write.mode("overwrite").parquet(scored_uri)
@@ -613,7 +635,7 @@ def run_models_spark(
                     outcome.info["candidates_unscored"] = n_cand - scored.count()
                     outcome.info["scores_uri"] = scored_uri
                 by_file = users if mine is None else None  # over the catalog: the users ranked
-                _score_file_stats(spark, model, sp.train, by_file, outcome, opts)
+                _score_file_stats(spark, model, sp.train, by_file, outcome, opts, scores)
                 if mine is None and not holds:
                     tied_uri = _uri(where, "tied_rows.parquet")
                     tied = _tied_rows(spark, lists, suite.k, ties, tied_uri)
@@ -726,6 +748,9 @@ def run_models_spark(
             outcome.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
             (folder / name).mkdir(parents=True, exist_ok=True)
             (folder / name / "error.txt").write_text(traceback.format_exc())
+        finally:
+            if scores is not None:
+                scores.table.unpersist()
         outcome.info |= _model_info(model)
         outcomes[name] = outcome
         save_model(folder, outcome)  # now: an interruption keeps the models already run
