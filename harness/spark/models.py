@@ -255,22 +255,6 @@ def precomputed_topk(
     return _lists(table, wanted, seen, k)
 
 
-def _flagged(table: DataFrame, known: DataFrame, column: str) -> DataFrame:
-    """The distinct ``column`` ids of ``table``, ``_seen`` 1 when ``known`` holds the id (else
-    null)."""
-    from pyspark.sql import functions as sf
-
-    held = known.select(column).distinct().withColumn("_seen", sf.lit(1))
-    return table.select(column).distinct().join(held, column, "left")
-
-
-def _in_and_out(seen: Any) -> list[Any]:
-    """Aggregates of rows flagged by ``seen``: all of them (``n``) and the unflagged (``out``)."""
-    from pyspark.sql import functions as sf
-
-    return [sf.count(sf.lit(1)).alias("n"), sf.count(sf.when(seen.isNull(), 1)).alias("out")]
-
-
 def precomputed_stats(
     spark: SparkSession,
     scores: Any,
@@ -283,9 +267,7 @@ def precomputed_stats(
     """``PrecomputedScores.stats_`` of a score table on Spark: after ``fit`` (rows, users and
     items in the file, those absent from training, rows that are training pairs) and, with
     ``users`` (the users ranked), after ``recommend`` (users requested, users without a list);
-    and the smallest user without a list (None: none), as the in-process note names it.
-    Four aggregate jobs (they were eight counts, reading the file's distinct users three times)."""
-    from pyspark import StorageLevel
+    and the smallest user without a list (None: none), as the in-process note names it."""
     from pyspark.sql import functions as sf
 
     kinds = (_id_kind(train, "user"), _id_kind(train, "item"))
@@ -297,45 +279,29 @@ def precomputed_stats(
     known = train.select(
         sf.col("user").cast(utype).alias("user"), sf.col("item").cast(itype).alias("item")
     ).distinct()
-    seen = sf.col("_seen")
-    # each row flagged when training holds its pair; each distinct file id when training has it
-    # (the users persisted: read again for the users without a list)
-    pairs = table.join(known.withColumn("_seen", sf.lit(1)), ["user", "item"], "left")
-    row = pairs.agg(sf.count(sf.lit(1)).alias("rows"), sf.count(seen).alias("seen")).first()
-    file_users = _flagged(table, known, "user").persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        u = file_users.agg(*_in_and_out(seen)).first()
-        i = _flagged(table, known, "item").agg(*_in_and_out(seen)).first()
-        if row is None or u is None or i is None:  # an aggregate always returns one row
-            raise RuntimeError("Spark returned no row for an aggregate")
-        stats = {
-            "rows": row["rows"],
-            "users_in_file": u["n"],
-            "items_in_file": i["n"],
-            "users_not_in_train": u["out"],
-            "items_unknown": i["out"],
-            "rows_seen": row["seen"],
-            "users_without_list": 0,
-        }
-        example = None
-        if users is not None:
-            wanted = users.select("user", sf.col("user").cast(utype).alias("_u")).distinct()
-            listed = file_users.select(sf.col("user").alias("_u"), sf.lit(1).alias("_seen"))
-            got = (
-                wanted.join(listed, "_u", "left")
-                .agg(
-                    *_in_and_out(seen),
-                    sf.min(sf.when(seen.isNull(), sf.col("user"))).alias("first"),
-                )
-                .first()
-            )
-            if got is None:  # an aggregate always returns one row
-                raise RuntimeError("Spark returned no row for an aggregate")
-            stats["users_without_list"] = got["out"]
-            stats["users_requested"] = got["n"]
-            example = got["first"] if got["out"] else None
-    finally:
-        file_users.unpersist()
+    file_users = table.select("user").distinct()
+    file_items = table.select("item").distinct()
+    stats = {
+        "rows": table.count(),
+        "users_in_file": file_users.count(),
+        "items_in_file": file_items.count(),
+        "users_not_in_train": file_users.join(known.select("user"), "user", "left_anti")
+        .distinct()
+        .count(),
+        "items_unknown": file_items.join(known.select("item"), "item", "left_anti")
+        .distinct()
+        .count(),
+        "rows_seen": table.join(known, ["user", "item"], "left_semi").count(),
+        "users_without_list": 0,
+    }
+    example = None
+    if users is not None:
+        wanted = users.select("user", sf.col("user").cast(utype).alias("_u")).distinct()
+        missing = wanted.join(file_users.withColumnRenamed("user", "_u"), "_u", "left_anti")
+        row = missing.agg(sf.count(sf.lit(1)).alias("n"), sf.min("user").alias("first")).first()
+        stats["users_requested"] = wanted.count()
+        stats["users_without_list"] = int(row["n"]) if row is not None else 0
+        example = row["first"] if row is not None and stats["users_without_list"] else None
     if own:
         table.unpersist()
     return {k: int(v) for k, v in stats.items()}, example
