@@ -206,9 +206,7 @@ def test_random_split_ignores_row_order_and_follows_the_seed() -> None:
 
 
 @pytest.mark.parametrize(("ids", "sampling"), [("str", "uniform"), ("int", "popularity")])
-def test_sampled_candidates_equal_the_in_process_ones(
-    spark: Any, ids: str, sampling: str
-) -> None:
+def test_sampled_candidates_equal_the_in_process_ones(spark: Any, ids: str, sampling: str) -> None:
     """The same (user, item) rows, for text and integer ids, uniform and popularity draws; test
     items unseen in training (unseen=keep), and a user who has seen all but a few items (who
     gets all of them)."""
