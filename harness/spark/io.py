@@ -33,6 +33,13 @@ def _frame(spark: SparkSession, data: Any, what: str) -> DataFrame:
     )
 
 
+def write_read(spark: SparkSession, df: DataFrame, uri: str) -> DataFrame:
+    """``df`` written to ``uri`` as Parquet (replacing what is there) and read back with its
+    own schema: Spark then runs no job to read the schema from the files' footers."""
+    df.write.mode("overwrite").parquet(uri)
+    return spark.read.schema(df.schema).parquet(uri)
+
+
 def _is_integer_type(dtype: Any) -> bool:
     """Whether a Spark data type is an integer type (byte, short, int or long)."""
     from pyspark.sql import types as st

@@ -61,7 +61,7 @@ from harness.experiment import (
 )
 from harness.folders import checkpoint
 from harness.spark.candidates import build_candidates_spark
-from harness.spark.io import _frame, _id_kind, _is_integer_type
+from harness.spark.io import _frame, _id_kind, _is_integer_type, write_read
 from harness.spark.session import _python_errors, _quiet
 from harness.split import Split
 
@@ -264,26 +264,23 @@ def _checked_scores(spark: SparkSession, model: Any, train: DataFrame) -> Any:
 def _score_file_stats(
     spark: SparkSession,
     model: Any,
+    scores: Any,
     train: DataFrame,
     users: DataFrame | None,
     outcome: Any,
     options: Mapping[str, Any],
-    scores: Any = None,
 ) -> None:
     """A score file's counts as in process (``model.stats_``, logged as ``model.stats.*``) and
     the note on test users it has no list for (``users``: the users ranked over the catalog).
-    ``scores``: the file's :func:`harness.spark.models.checked_scores` (None: read it here)."""
+    ``scores``: the file's table from :func:`_checked_scores` (None: the model is no score
+    file)."""
     from harness.experiment import missing_users_note, other_users_note
-    from harness.models import PrecomputedScores
     from harness.models.precomputed import _show
     from harness.spark.models import precomputed_stats
 
-    if type(model) is not PrecomputedScores or model._kind() == "trec":
+    if scores is None:
         return
-    columns = dict(model.columns) or None
-    stats, example = precomputed_stats(
-        spark, scores or model.path, train, users, columns=columns, fmt=model._kind()
-    )
+    stats, example = precomputed_stats(spark, scores, train, users)
     model.stats_ = stats
     if example is not None:
         missing, requested = stats["users_without_list"], stats["users_requested"]
@@ -621,8 +618,7 @@ def run_models_spark(
                         scores=scores,
                     )
                     # in-process order: by user, then item (metrics' input-order ties)
-                    scored.orderBy("user", "item").write.mode("overwrite").parquet(scored_uri)
-                    scored = spark.read.parquet(scored_uri)
+                    scored = write_read(spark, scored.orderBy("user", "item"), scored_uri)
                     # ties as the metrics order them (candidates sit in item order: input
                     # order is item order, as in-process)
                     tie = options.tie_break
@@ -635,7 +631,7 @@ def run_models_spark(
                     outcome.info["candidates_unscored"] = n_cand - scored.count()
                     outcome.info["scores_uri"] = scored_uri
                 by_file = users if mine is None else None  # over the catalog: the users ranked
-                _score_file_stats(spark, model, sp.train, by_file, outcome, opts, scores)
+                _score_file_stats(spark, model, scores, sp.train, by_file, outcome, opts)
                 if mine is None and not holds:
                     tied_uri = _uri(where, "tied_rows.parquet")
                     tied = _tied_rows(spark, lists, suite.k, ties, tied_uri)
@@ -643,8 +639,7 @@ def run_models_spark(
                 ranked = lists.select(
                     "user", sf.col("rank").cast("bigint").alias("rank"), "item", "score"
                 )
-                ranked.write.mode("overwrite").parquet(topk_uri)
-            lists = spark.read.parquet(topk_uri)
+                lists = write_read(spark, ranked, topk_uri)
             judged = _in_truth_items(lists, sp, qrels)  # the lists in the truth's id type
             t1 = time.perf_counter()
             ranking = [n for n in suite.names if n not in rating and n not in no_features]
@@ -723,11 +718,7 @@ def run_models_spark(
                 if rated is not None:
                     summary |= rated.summary
                     counts |= rated.counts
-            if len(parts) == 1:
-                spark.read.parquet(parts[0][0]).write.mode("overwrite").parquet(per_user_uri)
-            else:
-                _join_parts(spark, parts).write.mode("overwrite").parquet(per_user_uri)
-            per_user = spark.read.parquet(per_user_uri)
+            per_user = write_read(spark, _join_parts(spark, parts), per_user_uri)
             outcome.seconds |= {"rank": t1 - t0, "metrics": time.perf_counter() - t1}
             outcome.info |= {"engine": how, "topk_uri": topk_uri, "per_user_uri": per_user_uri}
             full = {n: summary.get(n, float("nan")) for n in suite.names}
@@ -805,10 +796,9 @@ def _tied_rows(spark: SparkSession, lists: DataFrame, k: int, ties: Ties, uri: s
         kth = lists.filter(sf.col("rank") == k).select("user", sf.col("score").alias("_kth"))
         rest = lists.join(kth, "user", "left_anti")
         found = ties(kth).select(*columns)
-        rest.unionByName(found).write.mode("overwrite").parquet(uri)
+        return write_read(spark, rest.unionByName(found), uri)
     finally:
         lists.unpersist()
-    return spark.read.parquet(uri)
 
 
 def _top_spark(tied: DataFrame, k: int, options: metrics.Options) -> DataFrame:
