@@ -318,7 +318,15 @@ def test_leave_one_out_same_rows(spark: Any, valid: bool, min_history: int) -> N
         assert rows_of(got.valid) == rows_of(want.valid)
 
 
-def test_quantile_order_statistic_is_numpys(spark: Any) -> None:
+@pytest.mark.parametrize("whole", [0, 100_000], ids=["bracketed", "collected"])
+def test_quantile_order_statistic_is_numpys(
+    spark: Any, whole: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways to the order statistic: bracketed by ``approxQuantile``, and every value
+    collected (``WHOLE_COLUMN_ROWS``: up to how many values)."""
+    from harness.spark import split as ssplit
+
+    monkeypatch.setattr(ssplit, "WHOLE_COLUMN_ROWS", whole)
     rng = np.random.default_rng(8)
     for n in (1, 2, 3, 10, 999, 4096):
         for q in (1e-9, 0.1, 0.25, 0.5, 1 / 3, 0.8, 0.999999):
