@@ -5,9 +5,10 @@ Every (tool, ids, size) cell runs in a fresh subprocess that builds the same see
 resets the kernel's peak-RSS counter, then times the tool: peak memory is the growth over the
 data alone. Ids: `int` (int64, dense from 0), `int64` (the same ids spread over 64 bits, as
 hashed ids are), `str` (pandas 3's Arrow-backed `str`: `u<n>` / `i<n>`, which sort unlike the
-numbers), `uuid` (36-character random UUIDs as `str`, the common production id), `category` and
-`object` (Python strings). Scores are random floats, so no tie decides a number and every id
-type must give the same values (the `max |diff|` column).
+numbers), `uuid` (36-character random UUIDs as `str`, the common production id), `category`,
+`dictionary` (Arrow dictionaries, as `pd.read_parquet(..., dtype_backend="pyarrow")` gives a
+column written from a categorical) and `object` (Python strings). Scores are random floats, so
+no tie decides a number and every id type must give the same values (the `max |diff|` column).
 
     python benchmarks/bench_metrics.py                 # 10k, 100k, 1M users x 100 candidates
     python benchmarks/bench_metrics.py --sizes 10000   # quick look
@@ -39,13 +40,13 @@ from _measure import print_table
 METRICS = ["ndcg@10", "map@10", "precision@10", "recall@10", "mrr@10"]
 CANDIDATES = 100
 N_ITEMS = 50_000
-IDS = ("int", "int64", "str", "uuid", "category", "object")
+IDS = ("int", "int64", "str", "uuid", "category", "dictionary", "object")
 
 
 def make_data(n_users: int, seed: int = 0, ids: str = "int") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Seeded run (n_users x 100 scored candidates) and qrels (1-10 relevant items per user,
     about half of them among the candidates), with ``ids`` of type int, int64, str, uuid,
-    category or object (the same users and items in every type)."""
+    category, dictionary or object (the same users and items in every type)."""
     qrels, run = _int_data(n_users, seed)
     if ids == "int":
         return qrels, run
@@ -67,6 +68,10 @@ def make_data(n_users: int, seed: int = 0, ids: str = "int") -> tuple[pd.DataFra
     def convert(codes: pd.Series, names: pa.Array) -> pd.Series | pd.Categorical:
         if ids == "category":
             return pd.Categorical.from_codes(codes.to_numpy(), pd.Index(pd.array(names, "str")))
+        if ids == "dictionary":
+            indices = pa.array(codes.to_numpy().astype(np.int32))
+            array = pa.DictionaryArray.from_arrays(indices, names.cast(pa.string()))
+            return pd.Series(pd.arrays.ArrowExtensionArray(array))
         text = pd.array(names.take(pa.array(codes.to_numpy())), dtype="str")  # no Python objects
         # an object column stays object only as a Series of that dtype (pandas 3 infers `str`
         # from an object array of strings)

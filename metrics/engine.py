@@ -50,7 +50,13 @@ def _check_columns(
         arrow = _arrow_strings(df[c])
         if arrow is not None and arrow.null_count == 0:  # Arrow keeps the count: no row pass
             continue
-        nulls = df[c].isna().to_numpy()
+        coded = _arrow_dictionary(df[c])
+        if coded is not None:  # missing: a null index, or an index to a null value
+            if coded.null_count == 0 and not any(x.dictionary.null_count for x in coded.chunks):
+                continue
+            nulls = pc.is_null(coded.cast(coded.type.value_type)).to_numpy(zero_copy_only=False)
+        else:
+            nulls = df[c].isna().to_numpy()
         if nulls.any():
             row = int(np.flatnonzero(nulls)[0])
             raise ValueError(f"{what} column {c!r} has a missing id at row {row}")
@@ -143,13 +149,47 @@ def _arrow_strings(series: pd.Series) -> pa.ChunkedArray | None:
     return data if isinstance(data, pa.ChunkedArray) else pa.chunked_array([data])
 
 
+def _arrow_dictionary(series: pd.Series) -> pa.ChunkedArray | None:
+    """The column's Arrow data when it is an Arrow dictionary (``read_parquet`` with
+    ``dtype_backend="pyarrow"`` gives one for a column written from a categorical), else None."""
+    dtype = series.dtype
+    if not (isinstance(dtype, pd.ArrowDtype) and pa.types.is_dictionary(dtype.pyarrow_dtype)):
+        return None
+    data = series.array.__arrow_array__()
+    return data if isinstance(data, pa.ChunkedArray) else pa.chunked_array([data])
+
+
+def _is_coded(series: pd.Series) -> bool:
+    """Whether the column holds codes into distinct values: a categorical or an Arrow dictionary."""
+    return isinstance(series.dtype, pd.CategoricalDtype) or _arrow_dictionary(series) is not None
+
+
+def _own_codes(series: pd.Series) -> _Coded:
+    """A categorical or Arrow dictionary column (no missing id) as its own codes and values, no
+    encoding. An Arrow dictionary may hold a value twice (one id: linked to one key); a
+    categorical's categories are distinct, though two may share a text (1 and "1")."""
+    data = _arrow_dictionary(series)
+    if data is None:
+        # the Categorical's own codes (read-only, no copy: 100M rows cost 0.06 s to copy)
+        return _Coded([series.array.codes], [_as_strings(series.cat.categories)])
+    whole = data.chunk(0) if data.num_chunks == 1 else data.unify_dictionaries().combine_chunks()
+    values = whole.dictionary
+    if values.null_count:  # a missing value that no row points to (validation found none):
+        values = pc.fill_null(values, values.drop_null()[0])  # a repeat, harmless
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        text = values.cast(pa.large_string())
+    else:  # other values read as text the way a categorical's categories are
+        text = _as_strings(values.to_pandas())
+    return _Coded([whole.indices.to_numpy()], [text])
+
+
 def _cut_strings(series: pd.Series) -> pa.ChunkedArray | None:
     """Item ids as Arrow strings for the cut path: Arrow-backed columns as they are; object and
     Python-string columns converted once when every id is a ``str`` (cheaper than factorizing
     the Python objects), missing ids reported; None for other columns (categoricals, mixed
     types, bytes: the general path keeps their ``str()`` semantics)."""
     data = _arrow_strings(series)
-    if data is not None or isinstance(series.dtype, pd.CategoricalDtype):
+    if data is not None or _is_coded(series):
         return data
     try:
         arr = pa.array(series.to_numpy(dtype=object), from_pandas=True)
@@ -240,9 +280,8 @@ def _codes(series: pd.Series, pool: Executor | None, what: str | None = None) ->
     data = _arrow_strings(series)
     if data is not None:
         return _encode_pieces(data, pool)
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        # the Categorical's own codes (read-only, no copy: 100M rows cost 0.06 s to copy)
-        return _Coded([series.array.codes], [_as_strings(series.cat.categories)])
+    if _is_coded(series):
+        return _own_codes(series)
     codes, uniques = pd.factorize(series)
     if what is not None and len(codes) and codes.min() < 0:
         raise _missing_id(what, series.name, int(np.argmax(codes < 0)))
@@ -422,7 +461,7 @@ def _group_rows(
         if 4 * len(starts) <= len(data):  # in blocks: only each block's first id is encoded
             heads = data.take(pa.array(starts)).combine_chunks().cast(pa.large_string())
             return None, np.append(starts, len(series)), _Coded([np.arange(len(starts))], [heads])
-    elif data is None and not isinstance(series.dtype, pd.CategoricalDtype):
+    elif data is None and not _is_coded(series):
         values = series.to_numpy(dtype=object)  # object or python strings: compared in place
         starts = _runs(values)
         missing = pd.isna(values[starts])  # a missing id starts a run of its own
@@ -460,7 +499,8 @@ def _user_keys(
     if isinstance(group, np.ndarray):
         return q_user.to_numpy(dtype=np.int64), group, None
     truth = _run_codes(q_user, pool)
-    if _arrow_strings(q_user) is None:  # object or categorical: distinct ids, maybe equal text
+    if _arrow_strings(q_user) is None and _arrow_dictionary(q_user) is None:
+        # object or categorical: distinct ids, maybe equal text
         held = q_user.cat.categories if isinstance(q_user.dtype, pd.CategoricalDtype) else q_user
         # only ids that are not all str can share a text (1 and "1", one user once keyed);
         # the type check is cheap, Arrow's count of distinct strings is not (0.5 s per 1M)
@@ -819,7 +859,7 @@ def prepare(
     # run items are keyed only in the rows that can reach a top-``depth`` list.
     every: np.ndarray | pa.ChunkedArray | None = None  # every run item id, for the cut
     # categorical items are cut on their codes (int speed), each code's key found once
-    coded_items = depth is not None and isinstance(run["item"].dtype, pd.CategoricalDtype)
+    coded_items = depth is not None and _is_coded(run["item"])
     code_keys: np.ndarray | None = None  # item key of each category code
     item_values: np.ndarray | None  # decoding of item keys (None: keys are the int ids)
     if depth is not None and not coded_items:
@@ -830,18 +870,18 @@ def prepare(
         q_user, group_ids, user_values = _user_keys(qrels["user"], group, pool)
         n_truth = len(q_user)
         if user_values is not None and len(pd.unique(group_ids)) != len(group_ids):
-            if _arrow_strings(run["user"]) is None:
+            if _arrow_strings(run["user"]) is None and _arrow_dictionary(run["user"]) is None:
                 raise ValueError(f"run column 'user' {_SAME_TEXT}")
             order, group_start, group_ids = _merge_blocks(group_start, group_ids)
         if depth is not None and int(np.diff(group_start).max(initial=0)) <= depth:
             every, coded_items = None, False  # no list is longer than the cut: nothing to leave
         if coded_items:  # the categories linked to the truth's ids; the rows keep their codes
-            categories = run["item"].cat.categories
-            each = _Coded([np.arange(len(categories))], [_as_strings(categories)])
+            own = _own_codes(run["item"])
+            each = _Coded([np.arange(len(own.values[0]))], own.values)
             (q_item, code_keys), distinct = _link([_codes(qrels["item"], pool), each], pool)
             item_values = np.asarray(distinct.to_numpy(zero_copy_only=False), dtype=object)
             offset, span = 0, len(item_values)
-            every = run["item"].array.codes
+            every = own.codes[0]
         elif every is None:
             q_item, r_item, item_values, offset, span = _item_keys(
                 qrels["item"], run["item"], items_int, options.id_order, n_truth, pool

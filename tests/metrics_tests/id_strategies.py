@@ -9,8 +9,19 @@ import pyarrow as pa
 from hypothesis import strategies as st
 
 #: every kind of id column: pandas 3 ``str`` (Arrow-backed), Arrow ``large_string``, Python
-#: objects, Python-backed ``string``, categoricals with categories sorted or shuffled
-KINDS = ["str", "arrow", "object", "python", "category", "category_shuffled"]
+#: objects, Python-backed ``string``, categoricals with categories sorted or shuffled, Arrow
+#: dictionaries (two chunks, each with its own dictionary; or one dictionary holding every value
+#: twice, in reverse order, as Arrow allows and a Categorical does not)
+KINDS = [
+    "str",
+    "arrow",
+    "object",
+    "python",
+    "category",
+    "category_shuffled",
+    "dictionary",
+    "dictionary_repeats",
+]
 
 #: ids: digit strings (string order is not numeric order), other text with non-ASCII and
 #: astral characters (no lone surrogates: they have no UTF-8 form), the empty string
@@ -77,6 +88,21 @@ def column(values: list[str], kind: str, seed: int = 0) -> pd.Series:
         return pd.Series(values, dtype=object)
     if kind == "python":
         return pd.Series(values, dtype="string[python]")
+    if kind == "dictionary":
+        half = len(values) // 2
+        parts = [
+            pa.array(p, pa.string()).dictionary_encode() for p in (values[:half], values[half:])
+        ]
+        return pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array(parts)))
+    if kind == "dictionary_repeats":
+        distinct = sorted(set(values), reverse=True)
+        at = {v: n for n, v in enumerate(distinct)}
+        # row r takes the value's first or second copy, alternately
+        codes = [at[v] + len(distinct) * (r % 2) for r, v in enumerate(values)]
+        dictionary = pa.array(distinct + distinct, pa.string())
+        # int8 indices, as pandas writes a small categorical to Parquet
+        array = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), dictionary)
+        return pd.Series(pd.arrays.ArrowExtensionArray(array))
     categories = sorted(set(values))
     if kind == "category_shuffled":  # category order is not id order
         categories = list(np.random.default_rng(seed).permutation(np.array(categories, object)))

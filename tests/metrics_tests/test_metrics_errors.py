@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import metrics
@@ -545,3 +546,41 @@ def test_missing_id_in_an_object_run_column(column: str, values: list, row: int)
     truth = pd.DataFrame({"user": ["u1", "u2"], "item": ["a", "c"], "relevance": [1, 1]})
     with pytest.raises(ValueError, match=rf"^run column '{column}' has a missing id at row {row}$"):
         metrics.evaluate(truth, frame, ["ndcg@5"])
+
+
+def _dictionary_column(indices: list, values: list) -> pd.Series:
+    """An Arrow dictionary id column (as ``read_parquet(dtype_backend="pyarrow")`` gives)."""
+    array = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(values))
+    return pd.Series(pd.arrays.ArrowExtensionArray(array))
+
+
+@pytest.mark.parametrize("table", ["qrels", "run"])
+@pytest.mark.parametrize(
+    ("indices", "values"),
+    [
+        ([0, 1, None, 0], ["a", "b"]),  # a null index
+        ([0, 1, 2, 0], ["a", "b", None]),  # an index to a null value
+    ],
+)
+def test_missing_id_in_an_arrow_dictionary_column(table: str, indices: list, values: list) -> None:
+    """An Arrow dictionary misses an id either way (Arrow keeps no count of the second): the
+    same one-line error, at row 2."""
+    frames = {
+        "qrels": pd.DataFrame({"user": ["u1", "u1", "u2", "u2"], "relevance": [1, 1, 1, 1]}),
+        "run": pd.DataFrame({"user": ["u1", "u1", "u2", "u2"], "score": [4.0, 3.0, 2.0, 1.0]}),
+    }
+    for name, frame in frames.items():
+        frame["item"] = (
+            ["a", "b", "c", "a"] if name != table else _dictionary_column(indices, values)
+        )
+    with pytest.raises(ValueError, match=rf"^{table} column 'item' has a missing id at row 2$"):
+        metrics.evaluate(frames["qrels"], frames["run"], ["ndcg@5"])
+
+
+def test_an_unused_null_in_an_arrow_dictionary_is_no_missing_id() -> None:
+    # no row points to the null value: the ids are the same as plain text's
+    qrels = pd.DataFrame({"user": ["u1", "u2"], "item": ["b", "a"], "relevance": [1, 1]})
+    run = pd.DataFrame({"user": ["u1", "u1", "u2"], "item": ["a", "b", "a"], "score": [2.0, 1, 1]})
+    coded = run.assign(item=_dictionary_column([1, 2, 1], [None, "a", "b"]))
+    want = metrics.evaluate(qrels, run, ["ndcg@5", "mrr", "auc"]).summary
+    assert metrics.evaluate(qrels, coded, ["ndcg@5", "mrr", "auc"]).summary == want

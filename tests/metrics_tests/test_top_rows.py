@@ -34,8 +34,8 @@ SETTINGS = settings(
 CUT = ["precision@1", "precision@3", "recall@3", "ndcg@3", "mrr@3", "map@3", "hit_rate@2"]
 CATALOG = ["coverage@3", "gini@3"]  # the default catalog counts every run item, cut or not
 #: run id columns that take the cut (object and Python strings via one conversion to Arrow,
-#: categoricals on their codes linked to the truth's ids)
-CUT_KINDS = ["str", "arrow", "object", "python", "category", "category_shuffled"]
+#: categoricals and Arrow dictionaries on their codes linked to the truth's ids): every kind
+CUT_KINDS = KINDS
 TABLES = tables(ids=LONG_IDS, max_items=14, max_users=5)
 
 
