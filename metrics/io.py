@@ -8,8 +8,8 @@ data give the same ids, and the same order of tied scores (``tie_break`` follows
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,14 +50,44 @@ _TREC_CSV = {
 }
 
 
-def _trec_fields(
-    path: str | Path, fields: int, exact: bool, ids: tuple[int, ...], number: int
-) -> dict[int, pa.ChunkedArray] | None:
-    """The fields of a TREC file read at Arrow's speed (line by line reads ~30x slower): those
-    in ``ids`` and the field ``number``, cast to float64. None unless every line holds
-    ``fields`` fields (at least that many, unless ``exact``) between single spaces and reads as
-    ``str.split`` would read it (no comment, no other whitespace, a plain number in the field
-    ``number``): :func:`_lines` then reads it, and names any bad line."""
+@dataclass(frozen=True)
+class _Trec:
+    """One TREC file kind: its fields (ids in the first and third), the number's field."""
+
+    what: str
+    fields: int
+    exact: bool  # exactly ``fields`` (else at least)
+    number: int  # the field holding the number
+    name: str  # its column
+    count_rule: str
+    number_rule: str
+
+
+_QRELS = _Trec(
+    "qrels",
+    4,
+    True,
+    3,
+    "relevance",
+    "a qrels line needs 4 fields: query iter doc rel",
+    "relevance must be a number",
+)
+_RUN = _Trec(
+    "run",
+    6,
+    False,
+    4,
+    "score",
+    "a run line needs 6 fields: query Q0 doc rank score tag",
+    "score (field 5) must be a number",
+)
+
+
+def _trec_fields(path: str | Path, kind: _Trec) -> list[pa.ChunkedArray] | None:
+    """The user, item and number fields of a TREC file read at Arrow's speed (line by line
+    reads ~15x slower), the number cast to float64. None unless every line holds the kind's
+    fields between single spaces and reads as ``str.split`` would read it (no comment, no other
+    whitespace, a plain number): :func:`_lines` then reads it, and names any bad line."""
     try:
         with open(path, "rb") as fh:
             if fh.read(3) == b"\xef\xbb\xbf":  # a byte-order mark: Arrow drops it, Python keeps it
@@ -65,26 +95,54 @@ def _trec_fields(
         table = pcsv.read_csv(path, **_TREC_CSV)
     except (OSError, ValueError, pa.ArrowException):  # read again line by line: the same error
         return None
-    if table.num_columns < fields or (exact and table.num_columns > fields):
+    if table.num_columns < kind.fields or (kind.exact and table.num_columns > kind.fields):
         return None
     columns = table.columns
     # a field with a space of another kind (a tab, U+00A0 …) or none at all (two spaces) is read
-    # unlike ``str.split``: checked on the distinct values of every field before ``number``
-    for i in range(number):
+    # unlike ``str.split``: checked on the distinct values of every field before the number
+    for i in range(kind.number):
         distinct = pc.unique(columns[i]).to_pylist()
         if any(v.split() != [v] for v in distinct) or (
             i == 0 and any(v[0] == "#" for v in distinct)
         ):
             return None
     try:  # Arrow's numbers are a subset of Python's float() (which also takes "1_0", " 1")
-        score = pc.cast(columns[number], pa.float64())
+        number = pc.cast(columns[kind.number], pa.float64())
     except (ValueError, pa.ArrowException):
         return None
-    return {**{i: columns[i] for i in ids}, number: score}
+    return [columns[0], columns[2], number]
 
 
 def _bad_line(path: str | Path, number: int, rule: str, fields: list[str]) -> ValueError:
     return ValueError(f"{path}:{number}: {rule} (got {' '.join(fields)!r})")
+
+
+def _read_trec(path: str | Path, kind: _Trec, coded: bool) -> pd.DataFrame:
+    """A TREC file as columns ``user, item`` and the kind's number, ids typed."""
+    fast = _trec_fields(path, kind)
+    if fast is not None:
+        users, items, numbers = (x.to_pandas() for x in fast)
+    else:
+        lists: tuple[list[str], list[str], list[float]] = ([], [], [])
+        for line, fields in _lines(path):
+            if len(fields) < kind.fields or (kind.exact and len(fields) > kind.fields):
+                raise _bad_line(path, line, kind.count_rule, fields)
+            try:
+                lists[2].append(float(fields[kind.number]))
+            except ValueError:
+                raise _bad_line(path, line, kind.number_rule, fields) from None
+            lists[0].append(fields[0])
+            lists[1].append(fields[2])
+        users, items, numbers = (pd.Series(x) for x in lists)
+    if not len(users):
+        raise ValueError(f"{path}: no {kind.what} lines found")
+    return pd.DataFrame(
+        {
+            "user": typed_ids(users, path, "query", coded=coded).array,
+            "item": typed_ids(items, path, "doc", coded=coded).array,
+            kind.name: numbers.to_numpy(dtype=np.float64),
+        }
+    )
 
 
 def read_trec_qrels(path: str | Path, *, coded: bool = False) -> pd.DataFrame:
@@ -94,24 +152,7 @@ def read_trec_qrels(path: str | Path, *, coded: bool = False) -> pd.DataFrame:
     strings, as trec_eval does; ``coded``: text ids as a categorical); lines starting with ``#``
     are comments.
     """
-    fast = _trec_fields(path, 4, True, (0, 2), 3)
-    if fast is not None:
-        users, items, rels = fast[0], fast[2], fast[3]
-    else:
-        users, items, rels = [], [], []
-        for number, fields in _lines(path):
-            if len(fields) != 4:
-                rule = "a qrels line needs 4 fields: query iter doc rel"
-                raise _bad_line(path, number, rule, fields)
-            try:
-                rels.append(float(fields[3]))
-            except ValueError:
-                raise _bad_line(path, number, "relevance must be a number", fields) from None
-            users.append(fields[0])
-            items.append(fields[2])
-    if not len(users):
-        raise ValueError(f"{path}: no qrels lines found")
-    return _trec_frame(path, users, items, "relevance", rels, coded)
+    return _read_trec(path, _QRELS, coded)
 
 
 def read_trec_run(path: str | Path, *, coded: bool = False) -> pd.DataFrame:
@@ -120,41 +161,7 @@ def read_trec_run(path: str | Path, *, coded: bool = False) -> pd.DataFrame:
     The rank column is ignored (ranking follows the score, as in trec_eval); fields after the
     sixth are ignored. ``coded``: text ids as a categorical.
     """
-    fast = _trec_fields(path, 6, False, (0, 2), 4)
-    if fast is not None:
-        users, items, scores = fast[0], fast[2], fast[4]
-    else:
-        users, items, scores = [], [], []
-        for number, fields in _lines(path):
-            if len(fields) < 6:
-                rule = "a run line needs 6 fields: query Q0 doc rank score tag"
-                raise _bad_line(path, number, rule, fields)
-            try:
-                scores.append(float(fields[4]))
-            except ValueError:
-                raise _bad_line(path, number, "score (field 5) must be a number", fields) from None
-            users.append(fields[0])
-            items.append(fields[2])
-    if not len(users):
-        raise ValueError(f"{path}: no run lines found")
-    return _trec_frame(path, users, items, "score", scores, coded)
-
-
-def _trec_frame(
-    path: str | Path, users: Any, items: Any, name: str, values: Any, coded: bool
-) -> pd.DataFrame:
-    """The table of a TREC file's fields (Arrow columns or lists), ids typed."""
-
-    def series(x: Any) -> pd.Series:
-        return x.to_pandas() if isinstance(x, pa.ChunkedArray) else pd.Series(x)
-
-    return pd.DataFrame(
-        {
-            "user": typed_ids(series(users), path, "query", coded=coded).array,
-            "item": typed_ids(series(items), path, "doc", coded=coded).array,
-            name: series(values).to_numpy(dtype=np.float64),
-        }
-    )
+    return _read_trec(path, _RUN, coded)
 
 
 #: Canonical integral id text (no sign "+", no leading zeros, optionally ".0"; int64 checked
