@@ -471,7 +471,9 @@ def _group_rows(
     if firsts is not None and pc.count_distinct(firsts).as_py() == len(firsts):
         return None, np.append(starts, len(series)), _Coded([np.arange(len(starts))], [firsts])
     coded = _codes(series, pool, "run")
-    if len(coded.codes) > 1:  # pieces with their own dictionaries: one code space first
+    # pieces with their own dictionaries, or an Arrow dictionary that may hold a user twice:
+    # one code per user first (so a user's rows stay in their order)
+    if len(coded.codes) > 1 or _arrow_dictionary(series) is not None:
         (keys,), distinct = _link([coded], pool)
         coded = _Coded([keys], [distinct])
     order, group_start, group_codes = _group_codes(coded.codes[0])
@@ -870,7 +872,7 @@ def prepare(
         q_user, group_ids, user_values = _user_keys(qrels["user"], group, pool)
         n_truth = len(q_user)
         if user_values is not None and len(pd.unique(group_ids)) != len(group_ids):
-            if _arrow_strings(run["user"]) is None and _arrow_dictionary(run["user"]) is None:
+            if _arrow_strings(run["user"]) is None:
                 raise ValueError(f"run column 'user' {_SAME_TEXT}")
             order, group_start, group_ids = _merge_blocks(group_start, group_ids)
         if depth is not None and int(np.diff(group_start).max(initial=0)) <= depth:

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -154,3 +155,29 @@ def test_empty_string_and_astral_ids_are_ids():
         assert ev.per_user.loc["", "precision@1"] == 1.0, kind
         assert ev.per_user.loc["", "mrr"] == 1.0, kind
         assert ev.per_user.loc["中", "precision@1"] == 1.0, kind  # "" before "😀"
+
+
+@pytest.mark.parametrize("tie_break", ["item_asc", "input_order"])
+def test_a_dictionary_holding_a_user_twice_with_the_users_interleaved(tie_break: str) -> None:
+    # user "a" is code 0 and code 2 of the run's dictionary, "b" codes 1 and 3, and their rows
+    # interleave: the rows regrouped by code, then each user's codes joined, are still the
+    # user's own rows, in their order
+    users = ["a", "a", "a", "b", "b", "b", "a"]
+    run = pd.DataFrame(
+        {
+            "user": users,
+            "item": ["x", "y", "z", "x", "y", "z", "w"],
+            "score": [5.0, 1.0, 1.0, 2.0, 4.0, 0.5, 1.0],
+        }
+    )
+    qrels = pd.DataFrame({"user": ["a", "b", "a"], "item": ["y", "y", "w"], "relevance": [1, 1, 1]})
+    codes = pa.array([0, 2, 0, 1, 3, 1, 2], pa.int32())
+    coded = run.assign(
+        user=pd.arrays.ArrowExtensionArray(
+            pa.DictionaryArray.from_arrays(codes, pa.array(["a", "b", "a", "b"]))
+        )
+    )
+    for names in (["ndcg@2", "precision@1", "mrr"], ["ndcg@2", "mrr", "auc"]):
+        want = metrics.evaluate(qrels, run, names, tie_break=tie_break)
+        got = metrics.evaluate(qrels, coded, names, tie_break=tie_break)
+        pd.testing.assert_frame_equal(got.per_user, want.per_user)
