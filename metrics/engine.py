@@ -143,9 +143,12 @@ def _arrow_strings(series: pd.Series) -> pa.ChunkedArray | None:
             pa.types.is_string(dtype.pyarrow_dtype) or pa.types.is_large_string(dtype.pyarrow_dtype)
         )
     )
-    if not arrow:
-        return None
-    data = series.array.__arrow_array__()  # zero-copy
+    return _chunked(series) if arrow else None
+
+
+def _chunked(series: pd.Series) -> pa.ChunkedArray:
+    """An Arrow-backed column's data as one chunked array (zero-copy)."""
+    data = series.array.__arrow_array__()
     return data if isinstance(data, pa.ChunkedArray) else pa.chunked_array([data])
 
 
@@ -153,10 +156,8 @@ def _arrow_dictionary(series: pd.Series) -> pa.ChunkedArray | None:
     """The column's Arrow data when it is an Arrow dictionary (``read_parquet`` with
     ``dtype_backend="pyarrow"`` gives one for a column written from a categorical), else None."""
     dtype = series.dtype
-    if not (isinstance(dtype, pd.ArrowDtype) and pa.types.is_dictionary(dtype.pyarrow_dtype)):
-        return None
-    data = series.array.__arrow_array__()
-    return data if isinstance(data, pa.ChunkedArray) else pa.chunked_array([data])
+    coded = isinstance(dtype, pd.ArrowDtype) and pa.types.is_dictionary(dtype.pyarrow_dtype)
+    return _chunked(series) if coded else None
 
 
 def _is_coded(series: pd.Series) -> bool:
