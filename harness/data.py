@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from harness.errors import DataError
-from metrics.io import INTEGRAL_ID
+from metrics.io import INTEGRAL_ID, csv_text
 
 __all__ = [
     "COLUMNS",
@@ -279,7 +279,7 @@ def load_interactions_coded(
         schema = _check_flat_parquet(path, file_cols, source)
         raw = read_parquet_columns(path, file_cols, set(file_cols[:2]), schema)  # user, item
     else:
-        raw = _read_text_table(path, kind, source, len(found))
+        raw = _read_text_table(path, kind, source, found)
     frame = pd.DataFrame(  # copy=False: int64 columns would otherwise be copied into one block
         {
             name: raw[col].reset_index(drop=True)
@@ -316,7 +316,7 @@ def load_item_table(
     if fmt_kind == "parquet":
         raw = pd.read_parquet(path)
     else:
-        raw = _read_text_table(path, fmt_kind, source, len(found))
+        raw = _read_text_table(path, fmt_kind, source, found)
     frame = raw.reset_index(drop=True)
     frame["item"] = normalize_ids(frame["item"], source, "'item'")
     dup = frame["item"].duplicated().to_numpy()
@@ -707,15 +707,19 @@ def read_text_table(
     header, no row longer than it); for other tables read by the harness (candidates)."""
     source = source or str(path)
     found = file_columns(path, kind, source)
-    return _read_text_table(path, kind, source, len(found))
+    return _read_text_table(path, kind, source, found)
 
 
 def _read_text_table(
-    path: str | os.PathLike[str], kind: str, source: str, n_header: int
+    path: str | os.PathLike[str], kind: str, source: str, names: list[str]
 ) -> pd.DataFrame:
-    """Every column as text; a row with more fields than the header is an error (pandas would
-    otherwise silently turn leading fields into an index or drop trailing ones)."""
+    """Every column as text (``names``: the header, as :func:`file_columns` gives it), by Arrow
+    where it reads the file as pandas does; a row with more fields than the header is an error
+    (pandas would otherwise silently turn leading fields into an index or drop trailing ones)."""
     sep = "\t" if kind == "tsv" else ","
+    fast = csv_text(path, sep, names)
+    if fast is not None:
+        return fast
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pd.errors.ParserWarning)
         try:
@@ -730,7 +734,7 @@ def _read_text_table(
         except (pd.errors.ParserError, UnicodeDecodeError) as exc:
             raise DataError(f"{source}: cannot parse {kind.upper()}: {_first_line(exc)}") from exc
     if any(issubclass(w.category, pd.errors.ParserWarning) for w in caught):
-        raise DataError(f"{source}: {_long_row(path, sep, n_header)}")
+        raise DataError(f"{source}: {_long_row(path, sep, len(names))}")
     return raw
 
 

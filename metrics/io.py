@@ -8,7 +8,9 @@ data give the same ids, and the same order of tied scores (``tie_break`` follows
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -229,6 +231,82 @@ def _typed_distinct(distinct: pd.Series, path: str | Path, column: str) -> pd.Se
             "formatting (the ids are text); write each id one way"
         )
     return text.astype(str)
+
+
+#: pandas 3's ``str`` dtype (Arrow strings, NaN for missing), what ``dtype=str`` reads text as
+TEXT = pd.StringDtype("pyarrow", na_value=np.nan)
+#: endings pandas reads as compressed that Arrow decompresses too (a ``.tar.*`` is an archive)
+_ARROW_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+_PANDAS_ONLY = (".zip", ".xz", ".tar", ".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst")
+
+
+_SCAN_BYTES = 1 << 24
+
+
+def _plain_lines(file: Path, codec: str | None) -> bool:
+    """Whether the file's lines read alike by Arrow (quoting off) and pandas: the header on the
+    first line (within 64 KiB), no quote after it, no lone ``\\r`` (pandas drops a field after a
+    line ended by one). Read in blocks: a large file costs a pass, not its size in memory."""
+    with pa.input_stream(str(file), compression=codec) as stream:
+        first = stream.read(1 << 16)
+        end = first.find(b"\n")
+        if end < 0 or first.removeprefix(b"\xef\xbb\xbf")[:1] in (b"\n", b"\r"):
+            return False
+        rest = first[end + 1 :]
+        blocks = chain(
+            (rest[i : i + _SCAN_BYTES] for i in range(0, len(rest), _SCAN_BYTES)),
+            iter(lambda: stream.read(_SCAN_BYTES), b""),
+        )
+        pending = False  # the last block ended in "\r": lone unless this one starts with "\n"
+        for block in blocks:
+            if b'"' in block or (pending and not block.startswith(b"\n")):
+                return False
+            pending = block.endswith(b"\r")
+            if block.count(b"\r") - block.count(b"\r\n") > pending:
+                return False
+    return True
+
+
+def csv_text(path: str | os.PathLike[str], sep: str, names: list[str]) -> pd.DataFrame | None:
+    """``pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, na_values=[""],
+    index_col=False)`` by Arrow's multithreaded reader (10M rows, 4 columns: ~2 s against
+    pandas' ~24 s), for a local file both read alike; ``names``: the header as pandas names it.
+
+    None (read it with pandas, which also names what is wrong) unless: two or more columns, no
+    header name holding the separator, a quote or a line end; :func:`_plain_lines`; every row
+    holding the header's fields.
+    """
+    file = Path(path)
+    codec = _ARROW_CODECS.get(file.suffix.lower())
+    if (
+        len(names) < 2
+        or any(c in name for name in names for c in (sep, '"', "\n", "\r"))
+        or file.name.lower().endswith(_PANDAS_ONLY)
+        or not file.is_file()
+    ):
+        return None
+    columns = [f"f{i}" for i in range(len(names))]
+    try:
+        if not _plain_lines(file, codec):
+            return None
+        with pa.input_stream(str(file), compression=codec) as stream:
+            table = pcsv.read_csv(
+                stream,
+                read_options=pcsv.ReadOptions(column_names=columns, skip_rows=1),
+                parse_options=pcsv.ParseOptions(
+                    delimiter=sep, quote_char=False, double_quote=False, escape_char=False
+                ),
+                convert_options=pcsv.ConvertOptions(
+                    column_types=dict.fromkeys(columns, pa.string()),
+                    strings_can_be_null=True,
+                    null_values=[""],
+                ),
+            )
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    frame = table.to_pandas(types_mapper={pa.string(): TEXT}.get)
+    frame.columns = pd.Index(names)
+    return frame
 
 
 def _format(path: str | Path, fmt: str | None) -> str:
