@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,16 @@ import pyarrow.csv as pcsv
 
 from metrics.checks import require_choice
 
-__all__ = ["align_ids", "read_qrels", "read_run", "read_trec_qrels", "read_trec_run", "typed_ids"]
+__all__ = [
+    "align_ids",
+    "csv_text",
+    "read_csv_ids",
+    "read_qrels",
+    "read_run",
+    "read_trec_qrels",
+    "read_trec_run",
+    "typed_ids",
+]
 
 FORMATS = ("trec", "csv", "parquet")
 
@@ -267,10 +277,17 @@ def _plain_lines(file: Path, codec: str | None) -> bool:
     return True
 
 
-def csv_text(path: str | os.PathLike[str], sep: str, names: list[str]) -> pd.DataFrame | None:
-    """``pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, na_values=[""],
-    index_col=False)`` by Arrow's multithreaded reader (10M rows, 4 columns: ~2 s against
-    pandas' ~24 s), for a local file both read alike; ``names``: the header as pandas names it.
+def csv_text(
+    path: str | os.PathLike[str],
+    sep: str,
+    names: list[str],
+    usecols: list[str] | None = None,
+    na_values: tuple[str, ...] = ("",),
+) -> pd.DataFrame | None:
+    """``pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, na_values=na_values,
+    index_col=False, usecols=usecols)`` by Arrow's multithreaded reader (10M rows, 4 columns:
+    ~2 s against pandas' ~24 s), for a local file both read alike; ``names``: the header as
+    pandas names it.
 
     None (read it with pandas, which also names what is wrong) unless: two or more columns, no
     header name holding the separator, a quote or a line end; :func:`_plain_lines`; every row
@@ -286,6 +303,7 @@ def csv_text(path: str | os.PathLike[str], sep: str, names: list[str]) -> pd.Dat
     ):
         return None
     columns = [f"f{i}" for i in range(len(names))]
+    kept = [i for i, name in enumerate(names) if usecols is None or name in usecols]
     try:
         if not _plain_lines(file, codec):
             return None
@@ -298,15 +316,48 @@ def csv_text(path: str | os.PathLike[str], sep: str, names: list[str]) -> pd.Dat
                 ),
                 convert_options=pcsv.ConvertOptions(
                     column_types=dict.fromkeys(columns, pa.string()),
+                    include_columns=[columns[i] for i in kept],
                     strings_can_be_null=True,
-                    null_values=[""],
+                    null_values=list(na_values),
                 ),
             )
     except (OSError, ValueError, pa.ArrowException):
         return None
     frame = table.to_pandas(types_mapper={pa.string(): TEXT}.get)
-    frame.columns = pd.Index(names)
+    frame.columns = pd.Index([names[i] for i in kept])
     return frame
+
+
+#: the strings pandas' CSV reader takes as missing unless told otherwise (``keep_default_na``)
+PANDAS_NA = (
+    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
+)  # fmt: skip
+
+
+def read_csv_ids(
+    path: str | os.PathLike[str],
+    sep: str,
+    ids: list[str],
+    usecols: list[str] | None = None,
+    ids_na: tuple[str, ...] = PANDAS_NA,
+    **others: Any,
+) -> pd.DataFrame:
+    """``pd.read_csv(path, sep=sep, usecols=usecols, dtype=dict.fromkeys(ids, str), **others)``
+    with the text ``ids`` columns read by :func:`csv_text` where it can (pandas makes a Python
+    string of every row's text: the slow part of a large file) and the other columns by pandas.
+    ``ids_na``: the strings ``others`` makes missing in the ids columns."""
+    names = [str(c) for c in pd.read_csv(path, sep=sep, nrows=0).columns]
+    wanted = [c for c in names if usecols is None or c in usecols]
+    text = [c for c in wanted if c in ids]
+    fast = csv_text(path, sep, names, text, ids_na) if text else None
+    rest = [c for c in wanted if c not in text]
+    if fast is not None and rest:
+        other = pd.read_csv(path, sep=sep, usecols=rest, **others)
+        fast = fast.join(other) if len(other) == len(fast) else None  # rows alike, or pandas
+    if fast is None:
+        return pd.read_csv(path, sep=sep, usecols=usecols, dtype=dict.fromkeys(ids, str), **others)
+    return fast[wanted]
 
 
 def _format(path: str | Path, fmt: str | None) -> str:
@@ -325,7 +376,7 @@ def _table(path: str | Path, fmt: str, columns: tuple[str, ...]) -> pd.DataFrame
         df = pd.read_parquet(path, read_dictionary=["user", "item"])
     else:
         sep = "\t" if str(path).lower().endswith(".tsv") else ","
-        df = pd.read_csv(path, sep=sep, dtype={"user": str, "item": str})
+        df = read_csv_ids(path, sep, ["user", "item"])
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(

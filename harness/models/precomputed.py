@@ -41,6 +41,7 @@ from harness.models.base import (
     candidate_arrays,
 )
 from metrics.checks import require_choice
+from metrics.io import read_csv_ids
 
 __all__ = ["FORMATS", "TIES", "MissingUsersWarning", "PrecomputedScores"]
 
@@ -232,11 +233,12 @@ class PrecomputedScores(BaseRecommender):
             # text ids stored as dictionary indices come as categoricals: not hashed per row
             raw = read_parquet_columns(self.path, cols, {wanted[USER], wanted[ITEM]})
         else:
-            raw = pd.read_csv(
+            raw = read_csv_ids(
                 self.path,
-                sep=sep,
+                sep,
+                [wanted[USER], wanted[ITEM]],
                 usecols=cols,
-                dtype={wanted[USER]: str, wanted[ITEM]: str},
+                ids_na=("",),
                 keep_default_na=False,
                 na_values={
                     wanted[USER]: [""],

@@ -128,3 +128,55 @@ def test_quoted_data_goes_to_pandas(tmp_path):
     path = tmp_path / "q.csv"
     path.write_text('user,item\n"u1",i1\n')
     assert csv_text(path, ",", ["user", "item"]) is None
+
+
+def test_pandas_missing_strings_are_pandas_own():
+    from pandas._libs.parsers import STR_NA_VALUES
+
+    assert set(io.PANDAS_NA) == set(STR_NA_VALUES)
+
+
+#: how the metric command (pandas' missing strings) and precomputed scores (only "" in ids; a
+#: score's own) call :func:`metrics.io.read_csv_ids`: (its arguments, pandas' own arguments)
+CALLERS = {
+    "metrics": ({}, {}),
+    "precomputed": (
+        {
+            "ids_na": ("",),
+            "keep_default_na": False,
+            "na_values": {"user": [""], "item": [""], "score": ["", "nan", "null"]},
+        },
+        {
+            "keep_default_na": False,
+            "na_values": {"user": [""], "item": [""], "score": ["", "nan", "null"]},
+        },
+    ),
+}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    header=st.sampled_from(["user,item,score", "score,item,user", "user,item", "item,score"]),
+    data=st.data(),
+    caller=st.sampled_from(sorted(CALLERS)),
+    subset=st.booleans(),
+)
+def test_ids_by_arrow_and_the_rest_by_pandas_are_pandas_table(
+    tmp_path_factory, header, data, caller, subset
+):
+    body = data.draw(lines(",", header.count(",") + 1))
+    path = tmp_path_factory.mktemp("ids") / "run.csv"
+    write(path, header + "\n" + body, False, "")
+    ours, theirs = CALLERS[caller]
+    names = header.split(",")
+    usecols = names[:2] if subset else None
+    try:
+        ref = pd.read_csv(
+            path, sep=",", usecols=usecols, dtype={"user": str, "item": str}, **theirs
+        )
+    except (pd.errors.ParserError, ValueError) as exc:
+        with pytest.raises(type(exc)):
+            io.read_csv_ids(path, ",", ["user", "item"], usecols=usecols, **ours)
+        return
+    got = io.read_csv_ids(path, ",", ["user", "item"], usecols=usecols, **ours)
+    pd.testing.assert_frame_equal(got, ref)
