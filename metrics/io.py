@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from io import RawIOBase
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -251,17 +252,21 @@ _PANDAS_ONLY = (".zip", ".xz", ".tar", ".tar.gz", ".tar.bz2", ".tar.xz", ".tar.z
 
 
 _SCAN_BYTES = 1 << 24
+#: a last row appended to a file with quotes: read back as a row unless the file ends inside a
+#: quoted field (pandas' "EOF inside string" error), where it becomes part of that field
+_END = "\x02end\x03"
 
 
-def _plain_lines(file: Path, codec: str | None) -> bool:
-    """Whether the file's lines read alike by Arrow (quoting off) and pandas: the header on the
-    first line (within 64 KiB), no quote after it, no lone ``\\r`` (pandas drops a field after a
-    line ended by one). Read in blocks: a large file costs a pass, not its size in memory."""
+def _plain_lines(file: Path, codec: str | None) -> bool | None:
+    """Whether the data holds a quote (None: the file's lines may read unlike pandas'): the
+    header on the first line (within 64 KiB), no lone ``\\r`` (pandas drops a field after a line
+    ended by one). Read in blocks: a large file costs a pass, not its size in memory."""
+    quoted = False
     with pa.input_stream(str(file), compression=codec) as stream:
         first = stream.read(1 << 16)
         end = first.find(b"\n")
         if end < 0 or first.removeprefix(b"\xef\xbb\xbf")[:1] in (b"\n", b"\r"):
-            return False
+            return None
         rest = first[end + 1 :]
         blocks = chain(
             (rest[i : i + _SCAN_BYTES] for i in range(0, len(rest), _SCAN_BYTES)),
@@ -269,12 +274,32 @@ def _plain_lines(file: Path, codec: str | None) -> bool:
         )
         pending = False  # the last block ended in "\r": lone unless this one starts with "\n"
         for block in blocks:
-            if b'"' in block or (pending and not block.startswith(b"\n")):
-                return False
+            if pending and not block.startswith(b"\n"):
+                return None
+            quoted = quoted or b'"' in block
             pending = block.endswith(b"\r")
             if block.count(b"\r") - block.count(b"\r\n") > pending:
-                return False
-    return True
+                return None
+    return quoted
+
+
+class _Then(RawIOBase):
+    """A stream, then ``tail``: what Arrow reads as one file."""
+
+    def __init__(self, stream: pa.NativeFile, tail: bytes) -> None:
+        self.stream, self.tail = stream, tail
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size) if size >= 0 else self.stream.read()
+        if not data:
+            data, self.tail = (
+                self.tail[: max(size, 0) or None],
+                self.tail[size:] if size >= 0 else b"",
+            )
+        return data
 
 
 def csv_text(
@@ -291,7 +316,7 @@ def csv_text(
 
     None (read it with pandas, which also names what is wrong) unless: two or more columns, no
     header name holding the separator, a quote or a line end; :func:`_plain_lines`; every row
-    holding the header's fields.
+    holding the header's fields; no quoted field open at the end of the file.
     """
     file = Path(path)
     codec = _ARROW_CODECS.get(file.suffix.lower())
@@ -305,14 +330,22 @@ def csv_text(
     columns = [f"f{i}" for i in range(len(names))]
     kept = [i for i, name in enumerate(names) if usecols is None or name in usecols]
     try:
-        if not _plain_lines(file, codec):
+        quoted = _plain_lines(file, codec)
+        if quoted is None:
             return None
         with pa.input_stream(str(file), compression=codec) as stream:
+            source = (
+                _Then(stream, f"\n{sep.join([_END] * len(names))}\n".encode()) if quoted else stream
+            )
             table = pcsv.read_csv(
-                stream,
+                source,
                 read_options=pcsv.ReadOptions(column_names=columns, skip_rows=1),
                 parse_options=pcsv.ParseOptions(
-                    delimiter=sep, quote_char=False, double_quote=False, escape_char=False
+                    delimiter=sep,
+                    quote_char='"' if quoted else False,
+                    double_quote=quoted,
+                    escape_char=False,
+                    newlines_in_values=quoted,
                 ),
                 convert_options=pcsv.ConvertOptions(
                     column_types=dict.fromkeys(columns, pa.string()),
@@ -323,6 +356,10 @@ def csv_text(
             )
     except (OSError, ValueError, pa.ArrowException):
         return None
+    if quoted:
+        if not len(table) or any(c[-1].as_py() != _END for c in table.columns):
+            return None  # the file ends inside a quoted field: pandas refuses it
+        table = table.slice(0, len(table) - 1)
     frame = table.to_pandas(types_mapper={pa.string(): TEXT}.get)
     frame.columns = pd.Index([names[i] for i in kept])
     return frame

@@ -19,6 +19,19 @@ from metrics import io
 from metrics.io import csv_text
 
 FIELDS = ["a", "b7", "1", "-2.5", "", "", " ", "é", "x y", "\x00", "#", "\ufeff", "NaN", "null"]
+QUOTED = [
+    '"a"',
+    '""',
+    '"a,b"',
+    '"x""y"',
+    '"n\nm"',
+    '"r\r\ns"',
+    '"NA"',
+    ' "a"',
+    '"a" ',
+    'a"b',
+    '"a"b',
+]
 ODD = [
     "\t", ",", ";", '"', '""', '"q,r"', '"n\nm"', "\n", "\r", "\r\n", "\n\n", " \n", "\r,", "\r\r",
 ]  # fmt: skip
@@ -29,6 +42,7 @@ def lines(draw: st.DrawFn, sep: str, width: int) -> str:
     """Rows of the header's width, in some files with odd pieces (quotes, separators, line
     ends, short and long rows): half the files or so stay plain enough for the fast path."""
     odd = draw(st.sampled_from([0, 0, 1, 5, 10]))  # in 20: how often a row is odd
+    values = FIELDS + QUOTED if draw(st.booleans()) else FIELDS
     ends = draw(st.sampled_from([["\n"], ["\r\n"], ["\n", "\r\n", "\r"]]))
     out = []
     for _ in range(draw(st.integers(0, 12))):
@@ -37,7 +51,7 @@ def lines(draw: st.DrawFn, sep: str, width: int) -> str:
             size = draw(st.integers(1, width + 1))
         else:
             size = width
-        fields = draw(st.lists(st.sampled_from(FIELDS), min_size=size, max_size=size))
+        fields = draw(st.lists(st.sampled_from(values), min_size=size, max_size=size))
         out.append(sep.join(fields) + draw(st.sampled_from(ends)))
     if out and draw(st.booleans()):
         out[-1] = out[-1].rstrip("\r\n")  # no line end after the last row
@@ -124,9 +138,15 @@ def test_a_blank_line_ended_by_a_lone_cr_goes_to_pandas(tmp_path, scan):
         assert csv_text(path, ",", ["user", "item"]) is None
 
 
-def test_quoted_data_goes_to_pandas(tmp_path):
+def test_quoted_data_is_read_unless_a_quote_is_open_at_the_end(tmp_path):
     path = tmp_path / "q.csv"
-    path.write_text('user,item\n"u1",i1\n')
+    path.write_text('user,item\n"u1","a ""b"", c"\n"u\n2",""\n')
+    assert csv_text(path, ",", ["user", "item"]).to_dict("list") == {
+        "user": ["u1", "u\n2"],
+        "item": ['a "b", c', np.nan],
+    }
+    path.write_text('user,item\nu1,i1\nu2,"i2\n')  # pandas: "EOF inside string"
+    assert pandas_text(path, ",") is None
     assert csv_text(path, ",", ["user", "item"]) is None
 
 
