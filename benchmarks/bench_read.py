@@ -9,6 +9,12 @@ calls (the line reader: one).
 
     python benchmarks/bench_read.py                  # 100k users (10M rows)
     python benchmarks/bench_read.py --users 10000 --formats trec
+    python benchmarks/bench_read.py --formats csv --events 10000000   # also the harness's loader
+
+CSV cells also time `read_run` with Arrow's reader turned off (pandas' parser alone, as before
+session 30). `--events N`: an interactions CSV of N events (500k users, 50k items, text ids,
+rating, timestamp), unquoted and with every text value quoted (as Arrow and R write it), loaded
+and validated by `harness.data.load_interactions`, with and without Arrow's reader.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -68,6 +75,7 @@ def main() -> None:
     p.add_argument("--users", type=int, default=100_000)
     p.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
     p.add_argument("--peers", action="store_true", help="also ranx (slow: 15 s at 200k rows)")
+    p.add_argument("--events", type=int, default=0, help="also load an interactions CSV")
     args = p.parse_args()
     rows: list[tuple[str, str, str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,13 +87,15 @@ def main() -> None:
                 write(qrels, q, fmt, "relevance")
                 write(run, r, fmt, "score")
                 print(f"{fmt} {ids}: files written", file=sys.stderr, flush=True)
-                rows.append((fmt, ids, "read_run", timed(lambda r=r: io.read_run(r))))
+                rows.append((fmt, ids, "read_run", timed(r_run(r))))
                 if fmt == "parquet":
                     rows.append(
                         (fmt, ids, "pd.read_parquet", timed(lambda r=r: pd.read_parquet(r)))
                     )
                 elif fmt == "csv":
                     rows.append((fmt, ids, "pd.read_csv", timed(lambda r=r: pd.read_csv(r))))
+                    with mock.patch.object(io, "csv_text", lambda *a: None):
+                        rows.append((fmt, ids, "read_run, pandas only", timed(r_run(r), 1)))
                 else:
                     with mock.patch.object(io, "_trec_fields", lambda *a: None):
                         line = timed(lambda r=r: io.read_trec_run(r), 1)
@@ -113,11 +123,47 @@ def main() -> None:
                         timed(lambda cli=cli: subprocess.run(cli, check=True, capture_output=True)),
                     )
                 )
+        if args.events:
+            rows += events(args.events, Path(tmp))
     n = args.users * 100
-    print(f"\n{n:,} run rows ({args.users:,} users x 100), wall seconds (fastest of 2)")
-    print(f"{'format':8s} {'ids':4s} {'cell':22s} {'seconds':>8s}")
+    print(f"\n{n:,} run rows ({args.users:,} users x 100), {args.events:,} events; wall seconds")
+    print("(fastest of 2; the pandas-only cells: one call)")
+    print(f"{'format':8s} {'ids':4s} {'cell':26s} {'seconds':>8s}")
     for fmt, ids, cell, sec in rows:
-        print(f"{fmt:8s} {ids:4s} {cell:22s} {sec:8.2f}")
+        print(f"{fmt:8s} {ids:4s} {cell:26s} {sec:8.2f}")
+
+
+def r_run(path: Path) -> Callable[[], object]:
+    return lambda: io.read_run(path)
+
+
+def events(n: int, tmp: Path) -> list[tuple[str, str, str, float]]:
+    """``load_interactions`` of an ``n``-event CSV, unquoted and quoted, with Arrow's reader and
+    with pandas' alone."""
+    import harness.data as data
+
+    rng = np.random.default_rng(0)
+    users = pa.array([f"u{x}" for x in range(500_000)]).take(rng.integers(0, 500_000, n))
+    items = pa.array([f"i{x}" for x in range(50_000)]).take(rng.integers(0, 50_000, n))
+    table = pa.table(
+        {
+            "user": users,
+            "item": items,
+            "rating": rng.integers(1, 6, n),
+            "timestamp": 1_600_000_000 + rng.integers(0, 10**7, n),
+        }
+    )
+    out = []
+    for quoting in ("none", "needed"):
+        path = tmp / f"events_{quoting}.csv"
+        pcsv.write_csv(table, str(path), pcsv.WriteOptions(quoting_style=quoting))
+        print(f"events ({quoting} quoting): file written", file=sys.stderr, flush=True)
+        name = "events" if quoting == "none" else "events q"
+        load = (lambda p: lambda: data.load_interactions(p))(path)
+        out.append((name, "str", "load_interactions", timed(load)))
+        with mock.patch.object(data, "csv_text", lambda *a: None):
+            out.append((name, "str", "load_interactions, pandas", timed(load, 1)))
+    return out
 
 
 if __name__ == "__main__":

@@ -250,17 +250,18 @@ TEXT = pd.StringDtype("pyarrow", na_value=np.nan)
 _ARROW_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 _PANDAS_ONLY = (".zip", ".xz", ".tar", ".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst")
 
-
+#: bytes per block of :func:`_scan`
 _SCAN_BYTES = 1 << 24
 #: a last row appended to a file with quotes: read back as a row unless the file ends inside a
 #: quoted field (pandas' "EOF inside string" error), where it becomes part of that field
 _END = "\x02end\x03"
 
 
-def _plain_lines(file: Path, codec: str | None) -> bool | None:
-    """Whether the data holds a quote (None: the file's lines may read unlike pandas'): the
-    header on the first line (within 64 KiB), no lone ``\\r`` (pandas drops a field after a line
-    ended by one). Read in blocks: a large file costs a pass, not its size in memory."""
+def _scan(file: Path, codec: str | None) -> bool | None:
+    """Whether the data after the header holds a quote; None when Arrow may split the file into
+    lines unlike pandas: the header not on the first line (or beyond 64 KiB), or a lone ``\\r``
+    (pandas drops a field after a line ended by one). Read in blocks: a large file costs a pass,
+    not its size in memory."""
     quoted = False
     with pa.input_stream(str(file), compression=codec) as stream:
         first = stream.read(1 << 16)
@@ -293,12 +294,11 @@ class _Then(RawIOBase):
         return True
 
     def read(self, size: int = -1) -> bytes:
-        data = self.stream.read(size) if size >= 0 else self.stream.read()
-        if not data:
-            data, self.tail = (
-                self.tail[: max(size, 0) or None],
-                self.tail[size:] if size >= 0 else b"",
-            )
+        data = self.stream.read() if size < 0 else self.stream.read(size)
+        if data:
+            return data
+        n = len(self.tail) if size < 0 else size
+        data, self.tail = self.tail[:n], self.tail[n:]
         return data
 
 
@@ -315,7 +315,7 @@ def csv_text(
     pandas names it.
 
     None (read it with pandas, which also names what is wrong) unless: two or more columns, no
-    header name holding the separator, a quote or a line end; :func:`_plain_lines`; every row
+    header name holding the separator, a quote or a line end; :func:`_scan`; every row
     holding the header's fields; no quoted field open at the end of the file.
     """
     file = Path(path)
@@ -330,7 +330,7 @@ def csv_text(
     columns = [f"f{i}" for i in range(len(names))]
     kept = [i for i, name in enumerate(names) if usecols is None or name in usecols]
     try:
-        quoted = _plain_lines(file, codec)
+        quoted = _scan(file, codec)
         if quoted is None:
             return None
         with pa.input_stream(str(file), compression=codec) as stream:
