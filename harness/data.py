@@ -1271,18 +1271,17 @@ def _repeated_events(
     Only rows whose (user, item) pair repeats can repeat an event: sorting an int64 key per row
     finds them (for text ids, from the codes their validation made), and only those rows are
     sorted by time. Hashing the three columns instead cost 12 s at 10M rows with repeated pairs
-    (now 3 s; 0.4 s when no pair repeats).
+    (now about 0.7 s; 0.4 s when no pair repeats).
     """
     key = _pair_keys(df, coded)
-    ordered = np.sort(key)  # the cheap test first: most files repeat no pair
-    if not (ordered[1:] == ordered[:-1]).any():
+    ordered = np.sort(key)
+    repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])  # sorted, few
+    if not repeated.size:
         return None
-    order = np.argsort(key)
-    ordered = key[order]
-    again = ordered[1:] == ordered[:-1]
-    paired = np.append(again, False)
-    paired[1:] |= again
-    rows = np.sort(order[paired])  # every row of a repeated pair, in row order
+    # every row of a repeated pair, in row order: a search of the few keys (an argsort of the
+    # 10M keys cost 2.4 s)
+    at = np.searchsorted(repeated, key)
+    rows = np.flatnonzero(repeated[np.minimum(at, repeated.size - 1)] == key)
     times = df[TIMESTAMP].to_numpy()[rows]
     by_event = np.lexsort((times, key[rows]))  # stable: rows in order within an event
     rows, times, keys = rows[by_event], times[by_event], key[rows][by_event]
