@@ -92,7 +92,9 @@ FORMATS: tuple[str, ...] = ("csv", "tsv", "parquet")
 # values outside int64 are caught by the cast.
 _INTEGRAL_TEXT = INTEGRAL_ID
 _NUMBER_TEXT = r"[+-]?\d+(?:\.\d*)?"
-_DIGITS_TEXT = r"[+-]?\d{1,18}"
+# epoch numbers: ASCII digits only (Python's \d also takes "٣", which no number parser here reads)
+_DIGITS_TEXT = r"[+-]?[0-9]{1,18}"
+_EPOCH_TEXT = r"[+-]?[0-9]+(?:\.[0-9]*)?"
 _EPOCH = pd.Timestamp(0, tz="UTC")
 _MICROSECOND = pd.Timedelta(microseconds=1)
 # Epoch units: name -> units per second.
@@ -1011,6 +1013,22 @@ def _text_to_int64(text: pd.Series) -> np.ndarray | None:
             return None
 
 
+def _canonical_ints(s: pd.Series) -> np.ndarray | None:
+    """An Arrow text column of integers written canonically (``-12``; at most 18 characters, no
+    ``+``, spaces or leading zeros) as int64, else None: Arrow's cast, checked by casting back
+    (it also reads ``0x1f``), 10M rows: ~0.6 s against ~2.5 s for strip and regular expression."""
+    data = arrow_text(s)
+    if data is None or not len(data) or pc.max(pc.binary_length(data)).as_py() > 18:
+        return None
+    try:
+        ints = pc.cast(data, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if not pc.all(pc.equal(pc.cast(ints, data.type), data)).as_py():
+        return None
+    return ints.to_numpy()
+
+
 def _normalize_timestamps(
     s: pd.Series, source: str, label: str, fmt: str | None = None
 ) -> np.ndarray:
@@ -1054,12 +1072,15 @@ def _normalize_timestamps(
         return _to_seconds(parsed)
     if is_number:
         return _epoch_seconds(s, source, label, fmt)
+    ints = _canonical_ints(s)
+    if ints is not None:  # what the digits rule below reads, without its passes over the text
+        return _epoch_seconds(pd.Series(ints, index=s.index), source, label, fmt, shown=s)
 
     text = s.astype(str).str.strip()
     if text.str.fullmatch(_DIGITS_TEXT).all():  # the common case: one regex pass
         values = pd.Series(_text_to_int64(text.str.lstrip("+")), index=s.index)
         return _epoch_seconds(values, source, label, fmt, shown=s)
-    numeric = text.str.fullmatch(_NUMBER_TEXT).to_numpy(dtype=bool)
+    numeric = text.str.fullmatch(_EPOCH_TEXT).to_numpy(dtype=bool)
     if numeric.all():
         values = pd.Series(pd.to_numeric(text).to_numpy(dtype=np.float64), index=s.index)
         return _epoch_seconds(values, source, label, fmt, shown=s)

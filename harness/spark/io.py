@@ -146,7 +146,7 @@ _INTEGRAL = r"^(?:0|-?[1-9][0-9]{0,18})(?:\.0+)?$"  # harness.data._INTEGRAL_TEX
 #: Python's ``str.strip()`` whitespace (what the in-process loader strips): Unicode White_Space
 #: and the separators U+001C..U+001F. Spark's ``trim`` strips only the ASCII space.
 _EDGE_SPACE = r"(?U)^[\s\x{1c}-\x{1f}]+|[\s\x{1c}-\x{1f}]+$"
-_NUMBER = r"^[+-]?[0-9]+(?:\.[0-9]*)?$"  # harness.data._NUMBER_TEXT
+_NUMBER = r"^[+-]?[0-9]+(?:\.[0-9]*)?$"  # harness.data._EPOCH_TEXT
 _DIGITS = r"^[+-]?[0-9]{1,18}$"  # harness.data._DIGITS_TEXT
 #: harness.data._DATE_CANDIDATES as Spark patterns (one or two digits read like strptime's)
 _SPARK_LAYOUTS: dict[str, str] = {
