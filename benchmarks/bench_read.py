@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from unittest import mock
 
@@ -87,7 +88,8 @@ def main() -> None:
                 write(qrels, q, fmt, "relevance")
                 write(run, r, fmt, "score")
                 print(f"{fmt} {ids}: files written", file=sys.stderr, flush=True)
-                rows.append((fmt, ids, "read_run", timed(r_run(r))))
+                read = partial(io.read_run, r)
+                rows.append((fmt, ids, "read_run", timed(read)))
                 if fmt == "parquet":
                     rows.append(
                         (fmt, ids, "pd.read_parquet", timed(lambda r=r: pd.read_parquet(r)))
@@ -95,7 +97,7 @@ def main() -> None:
                 elif fmt == "csv":
                     rows.append((fmt, ids, "pd.read_csv", timed(lambda r=r: pd.read_csv(r))))
                     with mock.patch.object(io, "csv_text", lambda *a: None):
-                        rows.append((fmt, ids, "read_run, pandas only", timed(r_run(r), 1)))
+                        rows.append((fmt, ids, "read_run, pandas only", timed(read, 1)))
                 else:
                     with mock.patch.object(io, "_trec_fields", lambda *a: None):
                         line = timed(lambda r=r: io.read_trec_run(r), 1)
@@ -133,10 +135,6 @@ def main() -> None:
         print(f"{fmt:8s} {ids:4s} {cell:26s} {sec:8.2f}")
 
 
-def r_run(path: Path) -> Callable[[], object]:
-    return lambda: io.read_run(path)
-
-
 def events(n: int, tmp: Path) -> list[tuple[str, str, str, float]]:
     """``load_interactions`` of an ``n``-event CSV, unquoted and quoted, with Arrow's reader and
     with pandas' alone."""
@@ -159,7 +157,7 @@ def events(n: int, tmp: Path) -> list[tuple[str, str, str, float]]:
         pcsv.write_csv(table, str(path), pcsv.WriteOptions(quoting_style=quoting))
         print(f"events ({quoting} quoting): file written", file=sys.stderr, flush=True)
         name = "events" if quoting == "none" else "events q"
-        load = (lambda p: lambda: data.load_interactions(p))(path)
+        load = partial(data.load_interactions, path)
         out.append((name, "str", "load_interactions", timed(load)))
         with mock.patch.object(data, "csv_text", lambda *a: None):
             out.append((name, "str", "load_interactions, pandas", timed(load, 1)))

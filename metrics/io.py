@@ -245,7 +245,7 @@ def _typed_distinct(distinct: pd.Series, path: str | Path, column: str) -> pd.Se
 
 
 #: pandas 3's ``str`` dtype (Arrow strings, NaN for missing), what ``dtype=str`` reads text as
-TEXT = pd.StringDtype("pyarrow", na_value=np.nan)
+_TEXT = pd.StringDtype("pyarrow", na_value=np.nan)
 #: endings pandas reads as compressed that Arrow decompresses too (a ``.tar.*`` is an archive)
 _ARROW_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 _PANDAS_ONLY = (".zip", ".xz", ".tar", ".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst")
@@ -360,7 +360,7 @@ def csv_text(
         if not len(table) or any(c[-1].as_py() != _END for c in table.columns):
             return None  # the file ends inside a quoted field: pandas refuses it
         table = table.slice(0, len(table) - 1)
-    frame = table.to_pandas(types_mapper={pa.string(): TEXT}.get)
+    frame = table.to_pandas(types_mapper={pa.string(): _TEXT}.get)
     frame.columns = pd.Index([names[i] for i in kept])
     return frame
 
