@@ -24,7 +24,10 @@ def _frame(spark: SparkSession, data: Any, what: str) -> DataFrame:
             if isinstance(plain[c].dtype, pd.StringDtype):
                 plain[c] = plain[c].astype(object)
         with _quiet():
-            return spark.createDataFrame(plain)
+            df = spark.createDataFrame(plain)
+        # one partition per Arrow batch (10,000 rows): 200 of them for 2M rows, and every scan
+        # then paid 200 tasks; adjacent ones merged, in order, one per core (a no-op when fewer)
+        return df.coalesce(max(1, spark.sparkContext.defaultParallelism))
     if hasattr(data, "schema") and hasattr(data, "select"):
         return data
     raise ValueError(
