@@ -200,3 +200,16 @@ def test_ids_by_arrow_and_the_rest_by_pandas_are_pandas_table(
         return
     got = io.read_csv_ids(path, ",", ["user", "item"], usecols=usecols, **ours)
     pd.testing.assert_frame_equal(got, ref)
+
+
+@pytest.mark.parametrize("others", [{"skiprows": [2]}, {"comment": "#"}])
+def test_rows_pandas_leaves_out_send_the_whole_read_to_pandas(tmp_path, others):
+    """An argument that makes pandas read fewer rows than Arrow (rows skipped, a comment line)
+    leaves two tables of different lengths: the whole file is then read by pandas alone,
+    never two columns joined out of line."""
+    path = tmp_path / "run.csv"
+    path.write_text("user,item,score\nu1,a,1.5\nu2,b,2.5\n#u3,c,3.5\nu4,d,4.5\n")
+    got = io.read_csv_ids(path, ",", ["user", "item"], **others)
+    ref = pd.read_csv(path, sep=",", dtype={"user": str, "item": str}, **others)
+    assert len(ref) == 3  # the case: pandas has one row fewer than the file
+    pd.testing.assert_frame_equal(got, ref)
