@@ -25,8 +25,8 @@ def _frame(spark: SparkSession, data: Any, what: str) -> DataFrame:
                 plain[c] = plain[c].astype(object)
         with _quiet():
             df = spark.createDataFrame(plain)
-        # one partition per Arrow batch (10,000 rows): 200 of them for 2M rows, and every scan
-        # then paid 200 tasks; adjacent ones merged, in order, one per core (a no-op when fewer)
+        # above Arrow's local-relation threshold (48 MB), one partition per 10,000-row batch:
+        # 200 tasks per scan at 2M rows; adjacent ones merged, in order, to one per core
         return df.coalesce(max(1, spark.sparkContext.defaultParallelism))
     if hasattr(data, "schema") and hasattr(data, "select"):
         return data
