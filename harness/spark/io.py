@@ -27,7 +27,7 @@ def _frame(spark: SparkSession, data: Any, what: str) -> DataFrame:
             df = spark.createDataFrame(plain)
         # above Arrow's local-relation threshold (48 MB), one partition per 10,000-row batch:
         # 200 tasks per scan at 2M rows; adjacent ones merged, in order, to one per core
-        return df.coalesce(max(1, spark.sparkContext.defaultParallelism))
+        return df.coalesce(spark.sparkContext.defaultParallelism)
     if hasattr(data, "schema") and hasattr(data, "select"):
         return data
     raise ValueError(
