@@ -202,8 +202,8 @@ def split_spark(
     driver copy when the split has at most ``driver_rows`` events, else empty frames)."""
     from harness.spark.split import make_split_spark
 
+    # its parts filter persisted frames: these events (cached by load_spark) or the split's own
     sp = make_split_spark(df, method, **params)
-    sp = type(sp)(sp.train.cache(), sp.test.cache(), sp.valid, sp.stats, sp.name, sp.params)
     n = int(sp.stats.get("n_train_events", 0)) + int(sp.stats.get("n_test_events", 0))
     if n <= driver_rows:
         with _quiet():

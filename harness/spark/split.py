@@ -22,10 +22,13 @@ if TYPE_CHECKING:
 class SparkSplit:
     """A train/test (and optional validation) split of a Spark DataFrame.
 
-    The parts are lazy DataFrames holding the input's rows and columns unchanged (cache them if
-    they are used more than once). From a method alone, ``stats`` holds what the split computed
-    anyway (the cut of a time split); :func:`make_split_spark` adds every stat of
-    :class:`harness.split.Split` (counts, unseen and dropped events, leakage), from aggregates.
+    The parts are lazy DataFrames holding the input's rows and columns unchanged: filters of the
+    input, or of a frame persisted (memory and disk) because several parts or stats read it
+    (the per-user window or hash of a split, the filtered training events, a part after its
+    unseen events are dropped). The input itself is not persisted here. From a method alone,
+    ``stats`` holds what the split computed anyway (the cut of a time split);
+    :func:`make_split_spark` adds every stat of :class:`harness.split.Split` (counts, unseen and
+    dropped events, leakage), from aggregates.
     """
 
     train: DataFrame
@@ -48,6 +51,15 @@ def _check_interactions(df: DataFrame) -> None:
             f"column 'timestamp' must hold epoch seconds, bigint or double (got type "
             f"{dtype.simpleString()}); {HINT}"
         )
+
+
+def _kept(df: DataFrame) -> DataFrame:
+    """``df`` persisted (memory and disk): a split's parts and every stat of
+    :func:`make_split_spark` read it, and each would otherwise compute it again from the input
+    (a window over every user, a hash, a k-core)."""
+    from pyspark import StorageLevel
+
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def _quantile_index(n: int, q: float) -> int:
@@ -165,7 +177,7 @@ def leave_one_out_spark(df: DataFrame, valid: bool = False, min_history: int = 2
     latest = Window.partitionBy("user").orderBy(
         sf.col("timestamp").desc(), sf.col("item").desc(), sf.col("_loo_row").desc()
     )
-    marked = (
+    marked = _kept(
         df.withColumn("_loo_row", sf.monotonically_increasing_id())
         .withColumn("_loo_from_end", sf.row_number().over(latest) - 1)
         .withColumn("_loo_n", sf.count(sf.lit(1)).over(Window.partitionBy("user")))
@@ -201,7 +213,7 @@ def user_time_spark(df: DataFrame, test_ratio: float = 0.2, valid_ratio: float =
     n = sf.col("_ut_n")
     n_test = sf.least(n - 1, sf.floor(n * sf.lit(float(test_ratio)) + sf.lit(0.5)))
     n_valid = sf.least(n - 1 - n_test, sf.floor(n * sf.lit(float(valid_ratio)) + sf.lit(0.5)))
-    marked = (
+    marked = _kept(
         df.withColumn("_ut_row", sf.monotonically_increasing_id())
         .withColumn("_ut_from_end", sf.row_number().over(latest) - 1)
         .withColumn("_ut_n", sf.count(sf.lit(1)).over(Window.partitionBy("user")))
@@ -298,9 +310,7 @@ def random_split_spark(
     _check_interactions(df)
     _check_ratios(test_ratio, valid_ratio)
     cols = df.columns
-    from pyspark import StorageLevel
-
-    keyed = _random_keys(df, seed).persist(StorageLevel.MEMORY_AND_DISK)
+    keyed = _kept(_random_keys(df, seed))
     n = keyed.count()
     n_test = int(np.floor(n * test_ratio + 0.5))
     n_valid = int(np.floor(n * valid_ratio + 0.5))
@@ -445,7 +455,7 @@ def _unseen_spark(
         stats[f"{prefix}_dropped_users"] = int(row["all_users"]) - int(row["kept_users"])
         stats[f"{prefix}_dropped_items"] = int(row["all_items"]) - int(row["kept_items"])
         stats.update(_describe_row(row, "kept", prefix))
-        return marked.filter(seen).select(*part.columns), stats
+        return _kept(marked.filter(seen).select(*part.columns)), stats
     stats.update(_describe_row(row, "all", prefix))
     return part, stats
 
@@ -555,6 +565,8 @@ def apply_filters_spark(
 
     check_filters(min_user_interactions, min_item_interactions, kcore, unseen)
     train = filter_train_spark(split.train, min_user_interactions, min_item_interactions, kcore)
+    if train is not split.train:
+        train = _kept(train)
     after = train.agg(*_part_aggs("train")).first()
     if after is None:  # an aggregate always returns one row
         raise RuntimeError("Spark returned no row for an aggregate")

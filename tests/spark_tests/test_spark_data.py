@@ -6,6 +6,7 @@ Needs PySpark and Java 17 (the ``spark`` fixture skips without them, except unde
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from typing import Any
@@ -152,6 +153,31 @@ def test_sub_second_splits_equal_the_in_process_ones(spark: Any) -> None:
         same_parts(got, want, drop_row=method == "random")
         assert got.stats == want.stats, (method, got.stats, want.stats)
         assert want.test["timestamp"].dtype == np.float64
+
+
+@pytest.mark.parametrize("method", ["global_time", "leave_one_out", "user_time", "random"])
+def test_parts_read_the_split_s_persisted_frames_not_the_input_again(
+    spark: Any, method: str
+) -> None:
+    """The per-user window (or hash), the filtered training events and a test part after its
+    unseen events are dropped are each computed once: every part's plan reads persisted data,
+    though the input is not persisted (its statistics run several jobs over each part). With
+    ``global_time`` the parts filter the input: training reads the filtered events, test the
+    part left after the drop."""
+    from harness.spark.split import make_split_spark
+
+    sdf = spark.createDataFrame(events("int"))
+    params = {"cut": 0.8} if method == "global_time" else {}
+    got = make_split_spark(sdf, method, **params, min_user_interactions=3, unseen="drop")
+    assert got.stats["train_filtered_events"] > 0 and got.stats["test_dropped_events"] > 0
+    for name in ("train", "test"):
+        plan = getattr(got, name)._jdf.queryExecution().withCachedData().toString().splitlines()
+        # above the first persisted frame: only column picks and row filters, no recomputation
+        above = list(itertools.takewhile(lambda line: "InMemoryRelation" not in line, plan))
+        assert len(above) < len(plan), (name, plan)
+        work = ("Join", "Window", "Aggregate", "Exchange", "Scan")
+        assert not [x for x in above if any(w in x for w in work)], (name, plan)
+    assert "InMemoryRelation" not in sdf._jdf.queryExecution().withCachedData().toString()
 
 
 def test_make_split_spark_fills_defaults_and_checks_params(spark: Any) -> None:
