@@ -661,6 +661,8 @@ def make_split_spark(df: DataFrame, method: str, **params: Any) -> SparkSplit:
     with the same parameter names, defaults, checks, rows and stats as the in-process split.
 
     Runs a few aggregate jobs over ``df`` (cache it first if it is expensive to recompute).
+    The frames it persists (see :class:`SparkSplit`) stay in Spark's storage while the session
+    lives; ``spark.catalog.clearCache()`` releases them.
     """
     from harness.split import FILTER_PARAMS, _effective_params
 
