@@ -3,7 +3,7 @@
 The only module that sees a ``DictConfig``: it instantiates models and hands typed objects to
 :mod:`harness.experiment`. Exit codes: 0 success, 1 a model failed, 2 bad input or config,
 3 results saved locally but MLflow logging failed; with ``gate.enforce=true``, 10 for NO_GO and
-11 for INCONCLUSIVE (after an otherwise successful run) and 12 when no decision was taken;
+11 for INCONCLUSIVE (even when a model or the logging failed) and 12 when no decision was taken;
 130 interrupted by SIGINT, 143 by SIGTERM (open MLflow runs ended as KILLED, an unfinished
 results folder left marked INCOMPLETE).
 """
@@ -239,6 +239,7 @@ def checked_gate(
             segments=cspec.segments,
             gsb_metric=cspec.gsb_metric,
             human_labels=bool(cspec.human_labels),
+            options=suite.evaluate_options(),
         )
     check_selection(gspec, cspec.baseline, [str(name) for name in cfg.get("model") or {}])
     return gspec
@@ -691,8 +692,9 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     else:
         print(f"\n{stages.table()}")
         sweep_jobs.append(_job_row(cfg, folder, result, gspec, cspec, overall, None))
-    if gspec.enforce:  # a CI job: no decision is never a pass
-        code = EXIT_NO_DECISION if overall is None else code or EXIT_CODES[overall]
+    if gspec.enforce:  # a CI job: no decision is never a pass, and NO_GO / INCONCLUSIVE say so
+        # whatever else failed; a GO keeps a failed model's 1 or a logging failure's 3
+        code = EXIT_NO_DECISION if overall is None else EXIT_CODES[overall] or code
     return code
 
 

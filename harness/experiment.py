@@ -133,9 +133,10 @@ class ExperimentResult:
         return [n for n, o in self.outcomes.items() if not o.ok]
 
 
-def qrels_from_test(test: pd.DataFrame, suite: MetricSuite) -> pd.DataFrame:
-    """Truth table from test events: relevance 1 per (user, item), or the (max) rating."""
-    if suite.relevance == "rating":
+def qrels_from_test(test: pd.DataFrame, relevance: str) -> pd.DataFrame:
+    """Truth table from test events: relevance 1 per (user, item), or the (max) rating
+    (``relevance``: ``metrics.relevance``, binary or rating)."""
+    if relevance == "rating":
         if "rating" not in test.columns:
             raise ValueError("metrics.relevance=rating needs a 'rating' column in the data")
         values = test["rating"].astype("float64")
@@ -151,12 +152,12 @@ def qrels_from_test(test: pd.DataFrame, suite: MetricSuite) -> pd.DataFrame:
     order = np.argsort(key, kind="stable")
     key = key[order]
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else key
-    relevance = np.fmax.reduceat(values.to_numpy()[order], starts) if len(key) else np.zeros(0)
+    best = np.fmax.reduceat(values.to_numpy()[order], starts) if len(key) else np.zeros(0)
     return pd.DataFrame(
         {
             "user": users.array.take(key[starts] // len(items)),
             "item": items.array.take(key[starts] % len(items)),
-            "relevance": relevance.astype(np.float64),
+            "relevance": best.astype(np.float64),
         }
     )
 
@@ -579,7 +580,7 @@ def run_models(
     ``evaluate`` is the metric engine (``metrics.evaluate``, or the Spark engine's equivalent);
     ``reused``: outcomes of models an interrupted run finished (:func:`load_model`), not rerun.
     """
-    qrels = qrels_from_test(split.test, suite)
+    qrels = qrels_from_test(split.test, suite.relevance)
     catalog = dataset.distinct(ITEM, split.stats) or 0
     side = dataset.side_inputs()  # item features / embeddings / groups of beyond-accuracy metrics
     if side:

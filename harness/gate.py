@@ -6,8 +6,9 @@ Rules read confidence intervals, not p-values: at recommendation scale every dif
 - primary: the relative lift of the primary metric must have its CI lower bound above
   ``min_lift`` (pass); a CI entirely below ``min_lift`` fails; anything else is inconclusive.
 - guardrail (non-inferiority): the relative change must not be worse than ``-margin``: the CI
-  lower bound at or above ``-margin`` passes, a CI entirely below fails. Whole-run metrics have
-  no CI: their point change is compared with the margin.
+  lower bound at or above ``-margin`` passes, a CI entirely below fails. Whole-run metrics
+  (coverage) and pooled ones (rmse, gauc, micro averages) are compared on their whole-run
+  values, with no CI: their point change is compared with the margin.
 - gsb: the ΔGSB CI lower bound above ``min_delta`` passes; entirely below fails.
 
 For lower-is-better metrics (gini, popularity, rmse) the change is negated first, so "improvement"
@@ -31,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 import metrics
-from harness.compare import PairComparison
+from harness.compare import PairComparison, pooled_metrics
 from metrics.checks import require_int
 
 __all__ = [
@@ -224,6 +225,7 @@ def _check_rule(
     segments: bool,
     gsb_metric: str,
     human_labels: bool,
+    pooled: frozenset[str],
 ) -> Rule:
     """One rule resolved against the compared metrics (see :func:`check_gate`)."""
     metric = rule.metric if rule.metric is not None or kind != "gsb" else gsb_metric
@@ -260,14 +262,21 @@ def _check_rule(
             f"{key}.segment={segment!r}: {name} is a whole-run metric (no per-user values), so "
             "it can only be gated on segment 'all'"
         )
+    if segment != "all" and name in pooled:
+        raise ValueError(
+            f"{key}.segment={segment!r}: {name} is pooled over the run (its summary is not the "
+            "mean of its per-user values), so it is compared on its whole-run value and can "
+            "only be gated on segment 'all'"
+        )
     if segment in ITEM_SEGMENTS and metrics.parse(name).definition.kind != "ranking":
         raise ValueError(
             f"{key}.segment={segment!r}: only ranking metrics are compared on item segments "
             f"({name} is not one)"
         )
-    if kind == "gsb" and whole_run(name):
+    if kind == "gsb" and (whole_run(name) or name in pooled):
+        what = "a whole-run metric" if whole_run(name) else "pooled over the run"
         raise ValueError(
-            f"gate.gsb.metric={metric!r} is a whole-run metric: GSB counts per-user wins, so it "
+            f"gate.gsb.metric={metric!r} is {what}: GSB counts per-user wins, so it "
             "needs a per-user metric such as ndcg@10"
         )
     return replace(rule, metric=name)
@@ -280,12 +289,14 @@ def check_gate(
     segments: bool = True,
     gsb_metric: str = "ndcg@10",
     human_labels: bool = False,
+    options: Mapping[str, Any] | None = None,
 ) -> GateSpec:
     """Resolve every rule against what the comparison computes, before any model runs.
 
     ``compared``: the compared metric names (``compare.metrics`` or ``metrics.names``). A rule
     that could never be evaluated (unknown metric such as ``ndgc@10``, one not compared such as
-    ``recall@50`` with k=10, an unknown segment, a whole-run metric on a segment, an unknown
+    ``recall@50`` with k=10, an unknown segment, a whole-run or pooled metric on a segment
+    (``options``: the metric options, which say whether averages are micro), an unknown
     setting such as ``min_lfit``) is a one-line ``ValueError`` naming the gate key and value.
     Returns the spec with metric names spelled as in the suite (``P_10`` → ``precision@10``).
     """
@@ -294,9 +305,10 @@ def check_gate(
     suite: dict[str, str] = {}
     for name in compared:
         suite.setdefault(str(metrics.parse(name)), str(name))
+    pooled = pooled_metrics(list(suite.values()), options)
 
     def check(kind: str, key: str, rule: Any) -> Any:
-        return _check_rule(kind, key, rule, suite, segments, gsb_metric, human_labels)
+        return _check_rule(kind, key, rule, suite, segments, gsb_metric, human_labels, pooled)
 
     return replace(
         spec,

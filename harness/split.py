@@ -932,8 +932,12 @@ def check_usable(split: Split, frame: pd.DataFrame | None = None) -> Split:
                 f"kcore) removed all {s['train_filtered_events']} training events"
             )
         if s.get("cut_iso") is not None and first is not None:
+            # training ends at the validation cut when there is one
+            key, iso = "cut", s["cut_iso"]
+            if s.get("valid_cut_iso") is not None:
+                key, iso = "valid_cut", s["valid_cut_iso"]
             raise DataError(
-                f"{name}: split.cut={split.params.get('cut')!r} ({s['cut_iso']}) is at or "
+                f"{name}: split.{key}={split.params.get(key)!r} ({iso}) is at or "
                 f"before the first event ({_iso(first)}); the training set is empty"
             )
         raise DataError(

@@ -299,7 +299,8 @@ def validation_view(split: Split) -> Split:
 
 def _study_name(model: str, split_name: str, split_key: str, payload: Mapping[str, Any]) -> str:
     """``<model>-<split>-<hash>``: the hash covers the data and split (``split_key``), the
-    objective, suite, fixed parameters and search space, so any change starts a new study."""
+    objective, sampler and its seed, suite, fixed parameters and search space, so any change
+    starts a new study."""
     text = json.dumps({"split": split_key, **payload}, sort_keys=True, default=str)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return re.sub(r"[^\w.-]", "_", f"{model}-{split_name}-{digest}")
@@ -856,6 +857,9 @@ def tune(cfg: DictConfig) -> int:
         "objective": spec.objective,
         "sampler": spec.sampler,
         "suite": [suite.k, suite.relevance, suite.relevance_threshold, dict(suite.options)],
+        # another tune.seed draws other trials: its own study (seed 0 adds no key, so the studies
+        # tuned before the seed counted keep their names)
+        **({"seed": spec.seed} if spec.seed else {}),
     }
     names = {
         n: _study_name(

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from metrics.engine import Batch, Prepared, batches, prepare
+from metrics.engine import Batch, Prepared, _plain, batches, prepare
 from metrics.options import Options, resolve_options
 from metrics.reduce import BatchView, Finish, State, add_tables, merge_states
 from metrics.registry import MetricSpec, get, parse
 from metrics.sets import distinct
-from metrics.side import BeyondInputs
+from metrics.side import BeyondInputs, check_train_ids
 
 __all__ = ["Evaluation", "State", "evaluate", "finish_state", "merge_states"]
 
@@ -153,7 +153,15 @@ def _catalog_size(catalog: Any, prep: Prepared, train: pd.DataFrame | None) -> i
         return len(pd.unique(np.concatenate([np.asarray(p, dtype=object) for p in parts])))
     if isinstance(catalog, int | np.integer):
         return int(catalog)
-    return len(pd.unique(np.asarray(list(catalog), dtype=object)))
+    ids = pd.unique(np.asarray(list(catalog), dtype=object))
+    held = np.asarray(prep.run_item_ids(), dtype=object)
+    outside = ~pd.Index(held).isin(ids)
+    if outside.any():  # counted by coverage and gini, yet not in the catalog they divide by
+        raise ValueError(
+            f"'catalog' lacks item {_plain(held[outside][0])!r}, which the run holds; pass the "
+            "full catalog (its item ids, or its size)"
+        )
+    return len(ids)
 
 
 def evaluate(
@@ -204,6 +212,8 @@ def evaluate(
     need_rprec = any(s.definition.depth == "relevant" for s in specs)
     only_top = not need_rprec and "candidates" not in needs and opts.ndcg_ties == "ordered"
     prep = prepare(qrels, run, opts, depth=depth if only_top else None)
+    if train is not None:
+        check_train_ids(train, run)
     popularity = None
     if "popularity" in needs:
         if train is None or "item" not in getattr(train, "columns", []):

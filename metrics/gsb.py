@@ -8,7 +8,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["GSB", "gsb", "gsb_from_labels"]
+__all__ = ["GSB", "TOLERANCE_ROUNDING", "gsb", "gsb_from_labels", "gsb_margin"]
+
+#: How far (relatively) beyond a positive tolerance a difference must be to count: metric values
+#: carry decimal rounding (0.4 − 0.3 is 0.10000000000000003 in floating point), and a
+#: difference of exactly the tolerance is "same" whatever side its rounding falls.
+TOLERANCE_ROUNDING = 1e-9
+
+
+def gsb_margin(tolerance: float) -> float:
+    """The margin the GSB rule compares differences with: ``tolerance`` widened by
+    :data:`TOLERANCE_ROUNDING` (0 stays 0: any difference counts)."""
+    return tolerance * (1.0 + TOLERANCE_ROUNDING)
 
 
 @dataclass(frozen=True)
@@ -74,8 +85,9 @@ def gsb(
     """GSB of B against A from two per-unit metric vectors.
 
     ``good`` when B beats A by more than ``tolerance`` (absolute, or relative to ``|A|`` when
-    ``relative``), ``bad`` when it loses by more, else ``same``. Units missing on either side are
-    excluded and counted.
+    ``relative``), ``bad`` when it loses by more, else ``same`` (a difference at the tolerance,
+    to floating-point rounding, is ``same``: :func:`gsb_margin`). Units missing on either side
+    are excluded and counted.
 
     >>> gsb([0.5, 0.5, 0.5, 0.5], [0.9, 0.5, 0.1, 0.2])    # good, same, bad, bad (seed 001)
     GSB(good=1, same=1, bad=2, delta=-0.25, excluded=0)
@@ -85,7 +97,8 @@ def gsb(
     a, b = _aligned(per_user_a, per_user_b)
     ok = ~(np.isnan(a) | np.isnan(b))
     diff = (b - a)[ok] * (1.0 if higher_is_better else -1.0)
-    margin = tolerance * np.abs(a[ok]) if relative else tolerance
+    tol = gsb_margin(tolerance)
+    margin = tol * np.abs(a[ok]) if relative else tol
     good = int((diff > margin).sum())
     bad = int((diff < -margin).sum())
     same = int(ok.sum()) - good - bad

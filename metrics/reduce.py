@@ -211,6 +211,12 @@ class Reduction:
         """The value of ``name`` from a (merged) state."""
         raise NotImplementedError
 
+    def per_user_mean(self, opts: Options) -> bool:
+        """Whether the summary under ``opts`` is the mean of the per-user values (or, for a sum,
+        that many times it), so paired per-user statistics compare it; False for pooled
+        summaries (ratios of sums, weighted means, count tables)."""
+        return False
+
 
 def _ratio(num: float, den: float) -> float:
     return float(num / den) if den > 0 else float("nan")
@@ -234,6 +240,9 @@ class Mean(Reduction):
     def finish(self, st: State, name: str, spec: MetricSpec, env: Finish) -> float:
         return _ratio(st.sums.get(f"{name}:sum", 0.0), st.sums.get(f"{name}:n", 0.0))
 
+    def per_user_mean(self, opts: Options) -> bool:
+        return True
+
 
 class Sum(Reduction):
     """Sum of the per-user values (NaN counted as 0)."""
@@ -251,6 +260,9 @@ class Sum(Reduction):
 
     def finish(self, st: State, name: str, spec: MetricSpec, env: Finish) -> float:
         return float(st.sums.get(f"{name}:sum", 0.0))
+
+    def per_user_mean(self, opts: Options) -> bool:
+        return True
 
 
 @dataclass(frozen=True)
@@ -277,6 +289,9 @@ class Weighted(Reduction):
         st.sums[f"{name}:n"] = float(w[ok].sum())
 
     finish = Mean.finish
+
+    def per_user_mean(self, opts: Options) -> bool:
+        return False  # weighted: not the plain mean the paired statistics estimate
 
 
 @dataclass(frozen=True)
@@ -331,6 +346,9 @@ class Micro(Reduction):
 
     def finish(self, st: State, name: str, spec: MetricSpec, env: Finish) -> float:
         return self._pick(env.opts).finish(st, name, spec, env)
+
+    def per_user_mean(self, opts: Options) -> bool:
+        return self._pick(opts).per_user_mean(opts)
 
 
 @dataclass(frozen=True)

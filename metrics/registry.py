@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from metrics.reduce import BatchView, Mean, Part, Reduction
+
+if TYPE_CHECKING:
+    from metrics.options import Options
 
 __all__ = ["MetricDef", "MetricSpec", "get", "list_metrics", "parse", "register", "unregister"]
 
@@ -103,6 +106,13 @@ class MetricSpec:
     def definition(self) -> MetricDef:
         """The registered definition."""
         return _REGISTRY[self.metric]
+
+    def per_user_mean(self, opts: Options) -> bool:
+        """Whether this metric's summary under ``opts`` is the mean (a sum: a multiple) of its
+        per-user values, so a paired comparison of those values compares the summaries; False
+        for pooled ones (RMSE/MAE over pairs, weighted gauc, micro averages, exposure shares,
+        coverage-like counts), compared on their whole-run values."""
+        return self.definition.reduction.per_user_mean(opts)
 
 
 _REGISTRY: dict[str, MetricDef] = {}

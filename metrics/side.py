@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import scipy.sparse as sp
 
 from metrics.checks import require_columns, require_frame
@@ -40,14 +41,25 @@ TAIL_SHARE = 0.2
 POPULARITY_GROUPS = ("head", "mid", "tail")
 
 
-def _ids_kind_matches(ids: pd.Series, items_int: bool, what: str) -> None:
+def _ids_kind_matches(ids: pd.Series, items_int: bool, what: str, column: str = "item") -> None:
     is_int = pd.api.types.is_integer_dtype(ids.dtype)
     if is_int != items_int:
         have, want = ("integers", "strings") if is_int else ("strings", "integers")
         raise ValueError(
-            f"{what} column 'item' holds {have} but the run's item ids are {want}; "
+            f"{what} column {column!r} holds {have} but the run's {column} ids are {want}; "
             "convert both to the same type"
         )
+
+
+def check_train_ids(train: Any, run: pd.DataFrame) -> None:
+    """``train``'s user and item ids (those it has) of the run's kind, integers or strings: 1
+    and "1" never match, so popularity, the default catalog, co-occurrence and histories
+    would all miss without a word."""
+    for column in ("user", "item"):
+        if column in getattr(train, "columns", ()):
+            _ids_kind_matches(
+                train[column], pd.api.types.is_integer_dtype(run[column].dtype), "train", column
+            )
 
 
 def check_side_frame(frame: Any, what: str, items_int: bool, min_columns: int = 2) -> pd.DataFrame:
@@ -236,7 +248,11 @@ def popularity_groups(train: pd.DataFrame) -> pd.Series:
     """``head`` / ``mid`` / ``tail`` of every training item by its interaction count, items of
     equal count in ascending id order (as the comparison's item buckets), never in the order
     the training rows arrived in."""
-    counts = train["item"].value_counts().sort_index()
+    items = train["item"]
+    if isinstance(items.dtype, pd.ArrowDtype) and pa.types.is_dictionary(items.dtype.pyarrow_dtype):
+        # Arrow cannot sort a dictionary index: count the ids themselves
+        items = items.astype(pd.ArrowDtype(items.dtype.pyarrow_dtype.value_type))
+    counts = items.value_counts().sort_index()
     counts = counts.iloc[np.argsort(-counts.to_numpy(), kind="stable")]
     values = counts.to_numpy(dtype=np.float64)
     total = values.sum()

@@ -35,6 +35,7 @@ __all__ = [
     "dropped_notes",
     "paired_note",
     "paired_users",
+    "pooled_metrics",
     "segment_data",
 ]
 
@@ -203,15 +204,19 @@ def _rows(
     segment: str,
     spec: CompareSpec,
     summaries: tuple[Mapping[str, float], Mapping[str, float]] | None,
+    pooled: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """One row per metric of one segment; the per-user metrics compared together
-    (:func:`metrics.stats.compare_many`: resamples shared, normal intervals at scale)."""
+    (:func:`metrics.stats.compare_many`: resamples shared, normal intervals at scale). Metrics
+    without per-user values, and ``pooled`` ones (whose summary is not the mean of their
+    per-user values: :func:`pooled_metrics`), get a run-level row from ``summaries`` (segment
+    ``all``) and no row elsewhere."""
     rows: dict[str, dict[str, Any]] = {}
     columns: dict[str, tuple[np.ndarray, np.ndarray, bool]] = {}
     for name in names:
         hib = metrics.parse(name).definition.higher_is_better
         va, vb = a[name], b[name]
-        if va.notna().sum() == 0 or vb.notna().sum() == 0:
+        if name in pooled or va.notna().sum() == 0 or vb.notna().sum() == 0:
             if summaries is None:
                 continue
             base, cand = summaries[0].get(name, np.nan), summaries[1].get(name, np.nan)
@@ -241,6 +246,8 @@ def _rows(
         n_resamples=spec.n_resamples,
         seed=spec.seed,
         confidence=spec.confidence,
+        alpha=spec.alpha,  # the MDE at the online test's level and power
+        power=spec.power,
     )
     for name, res in results.items():
         rows[name] = {
@@ -252,6 +259,15 @@ def _rows(
             "method": res.method,  # bootstrap | normal (metrics.stats.compare_many)
         }
     return list(rows.values())
+
+
+def pooled_metrics(names: Sequence[str], options: Mapping[str, Any] | None) -> frozenset[str]:
+    """The ``names`` whose summary under ``options`` is pooled over the run rather than the mean
+    of their per-user values (RMSE/MAE over pairs, weighted gauc, micro averages): a paired
+    comparison of per-user values would compare another number, so both engines compare them
+    on their summaries, as whole-run metrics."""
+    opts = metrics.resolve_options(**dict(options or {}))
+    return frozenset(n for n in names if not metrics.parse(n).per_user_mean(opts))
 
 
 def paired_users(
@@ -300,6 +316,8 @@ def dropped_notes(table: pd.DataFrame) -> list[str]:
     model has no value for them (e.g. novelty of an empty list): those rows' means are then over
     fewer users than the summary's, which averages each model over its own users. Both engines
     write it from the comparison table."""
+    if "dropped" not in table:  # no per-user row (only whole-run or pooled metrics)
+        return []
     rows = table[(table["segment"] == "all") & (table["kind"] == "per-user")]
     rows = rows[rows["dropped"].fillna(0) > 0]
     notes = []
@@ -334,24 +352,27 @@ def compare_pair(
     ``user_set="intersection"`` (``options``), where each model is evaluated only on the test
     users it gave a list: the pair is then compared on the users both tables hold, and a note
     counts those left out (:func:`paired_users`). Other differences are a ``ValueError``
-    naming an example user. Whole-run metrics (coverage, gini) have no per-user values: their
-    row carries the two summary values and the difference, without a confidence interval.
+    naming an example user. Whole-run metrics (coverage, gini) have no per-user values, and
+    pooled ones (rmse, gauc, micro averages: :func:`pooled_metrics`) summarise otherwise than
+    by their mean: their row carries the two summary values and the difference, without a
+    confidence interval, on segment ``all`` only.
     """
     a, b, note = paired_users(baseline, candidate, per_user, options)
     names = [n for n in names if n in a.columns and n in b.columns]
-    rows = _rows(a, b, names, "all", spec, summaries)
+    pooled = pooled_metrics(names, options)
+    rows = _rows(a, b, names, "all", spec, summaries, pooled)
     notes: list[str] = [note] if note else []
     if segments is not None:
         for seg, users in segments.users.items():
             keep = a.index.isin(users)
-            rows += _rows(a[keep], b[keep], names, seg, spec, None)
+            rows += _rows(a[keep], b[keep], names, seg, spec, None, pooled)
         if qrels is not None and recs is not None:
             ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
             buckets = _bucket_tables(
                 qrels, recs, ranked, segments.item_bucket, options or {}, evaluate
             )
             for bucket, (pa, pb) in buckets.items():
-                rows += _rows(pa, pb, ranked, f"items:{bucket}", spec, None)
+                rows += _rows(pa, pb, ranked, f"items:{bucket}", spec, None, pooled)
     table = comparison_table(rows, spec)
     differences = {n: (b[n] - a[n]).dropna() for n in names if b[n].notna().any()}
     notes += dropped_notes(table)
@@ -472,7 +493,7 @@ def compare_models(
     if spec.segments:
         from harness.experiment import qrels_from_test
 
-        qrels = qrels_from_test(result.split.test, result.suite)
+        qrels = qrels_from_test(result.split.test, result.suite.relevance)
         segments = segment_data(result.split.train, np.sort(qrels["user"].unique()), spec)
     pairs = []
     for name, outcome in result.outcomes.items():

@@ -55,6 +55,7 @@ from harness.compare import (
 )
 from harness.compare.sizing import format_sizing, sizing_notes, sizing_rows
 from harness.data import _first_line
+from harness.experiment import qrels_from_test
 from harness.folders import safe_component
 from harness.gate import (
     EXIT_CODES,
@@ -466,10 +467,11 @@ def _on_driver(
     cspec: CompareSpec,
     split_dir: Path,
     options: dict[str, Any],
+    relevance: str,
 ) -> tuple[list[str], Any]:
     """The compared metrics and a function comparing them in-process
-    (:func:`harness.compare.compare_pair`, metric ``options`` as :func:`_options`), with
-    segments when the split is cached."""
+    (:func:`harness.compare.compare_pair`, metric ``options`` as :func:`_options`, the truth
+    by ``relevance``), with segments when the split is cached."""
     pu_a, pu_b = (
         p if isinstance(p, pd.DataFrame) else _driver_frame(p, ["user"]).set_index("user")
         for p in (logged[0].per_user, logged[1].per_user)
@@ -485,7 +487,7 @@ def _on_driver(
         if cspec.segments and (split_dir / "train.parquet").exists():
             train = pd.read_parquet(split_dir / "train.parquet")
             test = pd.read_parquet(split_dir / "test.parquet")
-            qrels = test[["user", "item"]].drop_duplicates().assign(relevance=1.0)
+            qrels = qrels_from_test(test, relevance)
             segments = segment_data(train, pu_a.index.to_numpy(), cspec)
         pair = compare_pair(
             names[0],
@@ -531,14 +533,15 @@ def _on_spark(
     split_dir: Path,
     scratch: Path,
     options: dict[str, Any],
+    relevance: str,
 ) -> tuple[list[str], Any]:
     """The compared metrics and a function comparing them with the per-user tables kept in
     Spark (:func:`harness.spark.compare.compare_spark`; segments from the cached split;
-    metric ``options`` as :func:`_options`)."""
-    from pyspark.sql import functions as sf
+    metric ``options`` as :func:`_options`, the truth by ``relevance``)."""
 
     from harness.spark.compare import bucket_tables_spark, compare_spark, segments_spark
     from harness.spark.io import _frame
+    from harness.spark.pipeline import qrels_spark
 
     def table(data: pd.DataFrame | str, what: str) -> Any:
         if isinstance(data, pd.DataFrame):  # an in-process run's table (user as the index)
@@ -564,7 +567,7 @@ def _on_spark(
         if cspec.segments and (split_dir / "train.parquet").exists():
             train = spark.read.parquet(str(split_dir / "train.parquet"))
             test = spark.read.parquet(str(split_dir / "test.parquet"))
-            qrels = test.select("user", "item").distinct().withColumn("relevance", sf.lit(1.0))
+            qrels = qrels_spark(test, relevance)
             segments = segments_spark(train, qrels.select("user").distinct(), cspec)
             if tops[0] is not None and tops[1] is not None and segments.item_bucket is not None:
                 ranked = [
@@ -573,7 +576,12 @@ def _on_spark(
                     if n in columns and metrics.parse(n).definition.kind == "ranking"
                 ]
                 buckets = bucket_tables_spark(
-                    qrels, (tops[0], tops[1]), ranked, segments.item_bucket, scratch / "buckets"
+                    qrels,
+                    (tops[0], tops[1]),
+                    ranked,
+                    segments.item_bucket,
+                    scratch / "buckets",
+                    options,
                 )
         pair = compare_spark(
             pu[0],
@@ -592,12 +600,28 @@ def _on_spark(
     return columns, run
 
 
-def _options(runs: Sequence[Any]) -> dict[str, Any]:
-    """The metric option the pairing needs, from the runs' ``metrics.option.user_set`` params:
+def _options(runs: Sequence[Any], logged: Sequence[_Logged]) -> dict[str, Any]:
+    """The metric options the baseline run was evaluated with (its ``result.json``; the
+    item-bucket segments are judged with them, as the run judged its own), with ``user_set``
     ``intersection`` when either run was evaluated so (its table holds only the users it gave
-    a list; the pair is compared on the users both tables hold), else none (every test user)."""
+    a list; the pair is compared on the users both tables hold)."""
+    options = dict(logged[0].result.get("options") or {})
     user_sets = {r.data.params.get("metrics.option.user_set") for r in runs}
-    return {"user_set": "intersection"} if "intersection" in user_sets else {}
+    user_sets |= {x.result.get("options", {}).get("user_set") for x in logged}
+    if "intersection" in user_sets:
+        options["user_set"] = "intersection"
+    return options
+
+
+def _relevance(client: Any, run: Any) -> str:
+    """``metrics.relevance`` (binary or rating) the baseline ``run`` was evaluated with: how its
+    truth was built from the test events, for the item-bucket segments. A model run's parent
+    holds the experiment's config as params."""
+    found = run.data.params.get("metrics.relevance")
+    parent = run.data.tags.get("mlflow.parentRunId")
+    if found is None and parent:
+        found = client.get_run(parent).data.params.get("metrics.relevance")
+    return str(found or "binary")
 
 
 def _specs(gate: str, baseline: str, overrides: Sequence[str]) -> tuple[CompareSpec, GateSpec, Any]:
@@ -659,6 +683,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
             logged = [_logged(client, r, Path(tmp) / str(i)) for i, r in enumerate(runs)]
             res_a, res_b = logged[0].result, logged[1].result
+            options, relevance = _options(runs, logged), _relevance(client, runs[0])
             if _engine(args.engine, logged, args.driver_rows) == "spark":
                 rows = ", ".join(
                     f"{n} {'?' if x.rows is None else f'{x.rows:,}'}"
@@ -667,10 +692,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"comparing in Spark (--engine {args.engine}; per-user rows: {rows})")
                 spark = stack.enter_context(_session(args.spark_master))
                 columns, compare = _on_spark(
-                    spark, names, logged, cspec, split_dir, Path(tmp), _options(runs)
+                    spark, names, logged, cspec, split_dir, Path(tmp), options, relevance
                 )
             else:
-                columns, compare = _on_driver(names, logged, cspec, split_dir, _options(runs))
+                columns, compare = _on_driver(names, logged, cspec, split_dir, options, relevance)
             metric_names = list(cspec.metrics or columns)
             gspec = check_gate(  # a rule on a metric these runs lack: one line, exit 2
                 gspec,
@@ -678,6 +703,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 segments=cspec.segments,
                 gsb_metric=cspec.gsb_metric,
                 human_labels=bool(cspec.human_labels),
+                options=options,
             )
             labels = read_labels(cspec.human_labels) if cspec.human_labels else None
             pair, segmented = compare(metric_names)

@@ -485,8 +485,9 @@ def _footnote(pair: PairComparison, segment: str) -> str | None:
         run_level = part.loc[part["kind"] == "run-level", "metric"].astype(str).tolist()
         if run_level:
             notes.append(
-                f"{', '.join(run_level)}: whole-run metric(s), no per-user values, so "
-                f"no CI, test or GSB."
+                f"{', '.join(run_level)}: compared on whole-run values (no per-user "
+                "values, or a summary pooled over the run rather than their mean, as for rmse, "
+                "gauc and micro averages), so no CI, test or GSB."
             )
     if "higher_is_better" in part:
         lower = part.loc[~part["higher_is_better"].astype(bool), "metric"].astype(str).tolist()

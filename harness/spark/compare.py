@@ -58,10 +58,12 @@ from harness.compare import (
     dropped_notes,
     group_gap_note,
     paired_note,
+    pooled_metrics,
     segment_definitions,
 )
 from metrics import stats
 from metrics.checks import require_columns, require_int
+from metrics.gsb import gsb_margin
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -346,7 +348,7 @@ def _terms(i: int, hib: bool, spec: CompareSpec) -> dict[str, str]:
     va, vb = (f"(isnotnull({x}) AND NOT isnan({x}))" for x in (a, b))
     ok = f"({va} AND {vb})"
     signed = f"({d} * {_double(1.0 if hib else -1.0)})"
-    tolerance = _double(spec.tolerance)
+    tolerance = _double(gsb_margin(spec.tolerance))
     margin = f"({tolerance} * abs({a}))" if spec.relative_tolerance else tolerance
     good, bad = f"({ok} AND {signed} > {margin})", f"({ok} AND {signed} < -{margin})"
     return {"a": a, "b": b, "d": d, "va": va, "vb": vb, "ok": ok, "good": good, "bad": bad}
@@ -466,12 +468,14 @@ def _segment_plan(
     hibs: Sequence[bool],
     spec: CompareSpec,
     summaries: tuple[Mapping[str, float], Mapping[str, float]] | None,
+    pooled: frozenset[str] = frozenset(),
 ) -> _SegmentPlan:
     """Which rows ``harness.compare`` writes for one segment, and how each is computed: a
-    run-level row, a normal interval from the two passes' sums, or the plain bootstrap."""
+    run-level row (no per-user values, or ``pooled``), a normal interval from the two passes'
+    sums, or the plain bootstrap."""
     plan = _SegmentPlan({}, {}, [], {})
     for i, name in enumerate(names):
-        if int(first[f"na{i}"]) == 0 or int(first[f"nb{i}"]) == 0:
+        if name in pooled or int(first[f"na{i}"]) == 0 or int(first[f"nb{i}"]) == 0:
             if summaries is None:
                 continue
             base, cand = summaries[0].get(name, np.nan), summaries[1].get(name, np.nan)
@@ -488,7 +492,9 @@ def _segment_plan(
         if second is not None and int(first[f"n{i}"]) >= stats.NORMAL_MIN_N:
             m = _moments(first, second, i)
             if stats.normal_ok_from_moments(m):
-                plan.results[i] = stats.compare_from_moments(m, confidence=spec.confidence)
+                plan.results[i] = stats.compare_from_moments(
+                    m, confidence=spec.confidence, alpha=spec.alpha, power=spec.power
+                )
                 continue
         plan.collect.append(i)
     return plan
@@ -553,6 +559,7 @@ def _bootstrapped(
     results = stats.compare_many(
         columns, tolerance=spec.tolerance, relative=spec.relative_tolerance,
         n_resamples=spec.n_resamples, seed=spec.seed, confidence=spec.confidence,
+        alpha=spec.alpha, power=spec.power,
     )  # fmt: skip
     return {i: results[names[i]] for i in wanted}
 
@@ -594,8 +601,9 @@ def compare_spark(
     column per metric): the same rows, numbers and notes, from two aggregations.
 
     ``summaries`` (the two evaluations' summaries) give the run-level rows of whole-run metrics
-    (coverage, gini, global AUC), ``segments`` the user segments, ``buckets`` the item-bucket
-    per-user tables (:func:`bucket_tables_spark`). Users in only one table: under
+    (coverage, gini, global AUC) and pooled ones (rmse, gauc, micro averages), ``segments``
+    the user segments, ``buckets`` the item-bucket per-user tables
+    (:func:`bucket_tables_spark`). Users in only one table: under
     ``user_set="intersection"`` (``options``) the pair is compared on the users both hold,
     with :func:`harness.compare.paired_note`; otherwise a ``ValueError`` naming one (as
     :func:`harness.compare.paired_users`). ``differences`` holds the GSB metric only (see the
@@ -604,6 +612,7 @@ def compare_spark(
     from pyspark import StorageLevel
 
     names = [n for n in names if n in per_user_a.columns and n in per_user_b.columns]
+    pooled = pooled_metrics(names, options)
     hibs = [metrics.parse(n).definition.higher_is_better for n in names]
     ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
     rows = _stacked(per_user_a, per_user_b, names, segments, buckets or {}, ranked)
@@ -635,7 +644,7 @@ def compare_spark(
             if seg in first.index:
                 plans[seg] = _segment_plan(
                     seg, first.loc[seg], second.loc[seg] if seg in second.index else None,
-                    names, hibs, spec, summaries if seg == "all" else None,
+                    names, hibs, spec, summaries if seg == "all" else None, pooled,
                 )  # fmt: skip
         gsb = None
         if spec.gsb_metric in names and "all" in first.index:

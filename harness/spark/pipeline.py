@@ -393,11 +393,11 @@ def _deepened(
     return tied
 
 
-def _qrels_spark(test: DataFrame, suite: MetricSuite) -> DataFrame:
+def qrels_spark(test: DataFrame, relevance: str) -> DataFrame:
     """:func:`harness.experiment.qrels_from_test` on Spark: relevance 1 or the (max) rating."""
     from pyspark.sql import functions as sf
 
-    if suite.relevance == "rating":
+    if relevance == "rating":
         if "rating" not in test.columns:
             raise ValueError("metrics.relevance=rating needs a 'rating' column in the data")
         value = sf.col("rating").cast("double")
@@ -528,7 +528,7 @@ def run_models_spark(
     from harness.spark.topk import topk_spark
 
     base = tables_uri.rstrip("/") + "/" + folder.name if tables_uri else str(folder.resolve())
-    qrels = _qrels_spark(sp.test, suite).cache()
+    qrels = qrels_spark(sp.test, suite.relevance).cache()
     users = qrels.select("user").distinct().cache()
     n_users = users.count()
     kinds = {m: metrics.parse(m).definition.kind for m in suite.names}

@@ -113,6 +113,38 @@ def test_strict_gate_and_whole_run_metric_print_no_nan(store) -> None:
     assert mds and all(re.search(written, md.read_text()) for md in mds)
 
 
+def test_item_buckets_are_judged_as_the_run_judged_them(tmp_path: Path) -> None:
+    """Found by an audit: the command judged the item-bucket segments with relevance 1 for
+    every test item and default options, whatever the runs used (here relevance from ratings,
+    relevant from 4). The reference is the run's own comparison table."""
+    import pandas as pd
+
+    args = ("model=[popularity,item_knn]", "metrics.relevance=rating")
+    run = CLI.run(tmp_path, *args, "metrics.relevance_threshold=4", quick=True)
+    assert run.returncode == 0, run.stderr
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("offline-eval").experiment_id])
+    kids = {r.data.tags["model"]: r.info.run_id for r in runs if "model" in r.data.tags}
+    out = tmp_path / "cmp"
+    done = CLI.run(
+        tmp_path, kids["popularity"], kids["item_knn"], "--out", str(out), timeout=600,
+        module="harness.compare",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (folder,) = [p.parent for p in (tmp_path / "runs" / "results").rglob("summary.csv")]
+    columns = ["segment", "metric", "n", "mean_a", "mean_b", "lift"]
+    main = pd.read_csv(folder / "comparison.csv")
+    main = main[main["candidate"] == "item_knn"] if "candidate" in main else main
+    mine = pd.read_csv(out / "comparison.csv")
+    buckets = [m[m["segment"].str.startswith("items:")][columns] for m in (main, mine)]
+    assert len(buckets[0]) > 0
+    key = ["segment", "metric"]
+    want, got = (b.sort_values(key).reset_index(drop=True) for b in buckets)
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-9)
+
+
 def test_a_run_compared_with_itself_says_so(store) -> None:
     """Two refs resolving to one model (here one run; in the registry, two aliases on one
     version) compare a model with itself: every difference is 0, and the output says why."""

@@ -10,10 +10,10 @@ import pytest
 from support import HarnessCli
 
 import metrics
-from harness.compare import CompareSpec, compare_models, compare_pair
+from harness.compare import CompareSpec, SegmentData, compare_models, compare_pair
 from harness.datasets import Dataset
 from harness.experiment import MetricSuite, run_models
-from harness.gate import GateSpec, decide, worst
+from harness.gate import GateSpec, check_gate, decide, worst
 from harness.models import ImplicitItemCosine, PopularityModel, RandomModel
 from harness.split import make_split
 from harness.synthetic import generate
@@ -190,12 +190,18 @@ def _parent_id(proc) -> str:
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
     """Four quick runs with an enforced gate (only the primary rule) logged to one sqlite store:
-    NO_GO (popularity vs random), INCONCLUSIVE (popularity vs itself), GO (popularity vs
-    item_knn) and the NO_GO one again without enforcing. The compare CLI test reads the GO run's
-    popularity and item_knn runs from the same store."""
+    NO_GO (popularity vs random, beside a model that fails to fit), INCONCLUSIVE (popularity vs
+    itself), GO (popularity vs item_knn) and the NO_GO one again without enforcing. The compare
+    CLI test reads the GO run's popularity and item_knn runs from the same store."""
     cwd = tmp_path_factory.mktemp("gated")
     procs = {
-        "no_go": _harness(cwd, "model=[popularity,random]", "gate.enforce=true", *ONLY_PRIMARY),
+        "no_go": _harness(
+            cwd,
+            "model=[popularity,random]",
+            "+model.bad_fit._target_=plugins.models.FailsToFit",
+            "gate.enforce=true",
+            *ONLY_PRIMARY,
+        ),
         "same": _harness(
             cwd,
             "model=[popularity]",
@@ -213,7 +219,9 @@ def gated(tmp_path_factory):
 def test_gate_enforce_exit_codes_and_tags(gated) -> None:
     cwd, procs = gated
     no_go, same, go = procs["no_go"], procs["same"], procs["go"]
+    # the decision's code, not the failed model's 1 (an audit found 1 hiding the NO_GO)
     assert no_go.returncode == 10, no_go.stderr
+    assert "bad_fit" in no_go.stdout + no_go.stderr
     assert "overall gate decision: NO_GO" in no_go.stdout
     assert same.returncode == 11, same.stderr  # identical to the baseline: INCONCLUSIVE
     assert go.returncode == 0, go.stdout + go.stderr
@@ -365,3 +373,89 @@ def test_compare_cli_accepts_a_registered_model_version_evaluated_earlier(tmp_pa
         "note: models:/demo@champion is demo version 1: its latest evaluation, run "
         f"{shipped.info.run_id}" in alias.stdout
     )
+
+
+def test_pooled_metrics_are_compared_on_their_summaries() -> None:
+    """Found by an audit: rmse's row was the mean of per-user RMSEs, not the pooled RMSE the
+    summary reports, and the gate judged that. Reference by hand: every user's RMSE is lower
+    for ``b`` (means 0.9 and 0.8125), yet pooled over the pairs ``b`` is worse (1.2 → 1.5, as
+    the summaries say): the row and the gate must follow the summaries, on segment ``all``."""
+    idx = pd.Index([1, 2, 3, 4], name="user")
+    a = pd.DataFrame({"rmse": [0.5, 1.0, 2.0, 0.1], "ndcg@10": [0.1, 0.2, 0.3, 0.4]}, index=idx)
+    b = pd.DataFrame({"rmse": [0.4, 0.9, 1.9, 0.05], "ndcg@10": [0.2, 0.2, 0.4, 0.4]}, index=idx)
+    summaries = ({"rmse": 1.2, "ndcg@10": 0.25}, {"rmse": 1.5, "ndcg@10": 0.3})
+    cold = SegmentData({"cold": np.array([1, 2])}, pd.Series(dtype=object), {})
+    pair = compare_pair(
+        "a", "b", (a, b), ["rmse", "ndcg@10"], SPEC, summaries=summaries, segments=cold
+    )
+    row = pair.row("rmse")
+    assert row["kind"] == "run-level"
+    assert (row["mean_a"], row["mean_b"]) == (1.2, 1.5)
+    assert row["diff"] == pytest.approx(0.3) and row["lift"] == pytest.approx(0.25)
+    assert np.isnan(row.get("lift_ci_low", np.nan))
+    assert pair.row("rmse", "cold") is None and pair.row("ndcg@10", "cold") is not None
+    assert pair.row("ndcg@10")["kind"] == "per-user"
+    rule = decide(pair, GateSpec(guardrails=[{"metric": "rmse", "margin": 0.1}])).rules[0]
+    assert rule.status == "fail", rule.reason  # 25% worse, beyond the 10% margin
+
+    # micro averages are pooled too (a ratio of sums), macro ones are per-user means
+    p_a, p_b = (
+        a.rename(columns={"ndcg@10": "precision@10"}),
+        b.rename(columns={"ndcg@10": "precision@10"}),
+    )
+    sums = ({"precision@10": 0.3}, {"precision@10": 0.2})
+    micro = compare_pair(
+        "a", "b", (p_a, p_b), ["precision@10"], SPEC, summaries=sums, options={"average": "micro"}
+    )
+    assert micro.row("precision@10")["kind"] == "run-level"
+    assert micro.row("precision@10")["mean_b"] == 0.2
+    macro = compare_pair("a", "b", (p_a, p_b), ["precision@10"], SPEC, summaries=sums)
+    assert macro.row("precision@10")["mean_b"] == pytest.approx(0.3)  # (0.2+0.2+0.4+0.4) / 4
+
+
+def test_gate_refuses_a_pooled_metric_on_a_segment() -> None:
+    compared = ["rmse", "precision@10", "ndcg@10"]
+    on_cold = GateSpec(guardrails=[{"metric": "rmse", "margin": 0.1, "segment": "cold"}])
+    with pytest.raises(ValueError, match=r"gate.guardrails\[0\].segment='cold': rmse is pooled"):
+        check_gate(on_cold, compared)
+    micro = GateSpec(primary={"metric": "precision@10", "min_lift": 0.0, "segment": "heavy"})
+    check_gate(micro, compared)  # macro: a per-user mean, compared per segment
+    with pytest.raises(ValueError, match="precision@10 is pooled over the run"):
+        check_gate(micro, compared, options={"average": "micro"})
+    gsb = GateSpec(gsb={"metric": "rmse", "min_delta": 0.0})
+    with pytest.raises(ValueError, match=r"gate.gsb.metric='rmse' is pooled over the run: GSB"):
+        check_gate(gsb, compared)
+
+
+def test_gauc_row_equals_the_summaries_through_a_run(tmp_path) -> None:
+    """gauc weighs each user's AUC by their candidates: its comparison row is the two models'
+    summary values (which differ from the plain mean of per-user AUCs)."""
+    frame = generate(n_users=150, n_items=120, n_events=3000, seed=5)
+    split = make_split(frame, "global_time", cut=0.8)
+    suite = MetricSuite(k=10, names=("ndcg@10", "gauc"))
+    models = {"popularity": PopularityModel(), "item_knn": ImplicitItemCosine()}
+    result = run_models(Dataset("s", frame, "s"), split, models, suite, tmp_path, progress=False)
+    (pair,), _ = compare_models(result, SPEC)
+    summary = result.table()
+    row = pair.row("gauc")
+    assert row["kind"] == "run-level"
+    assert row["mean_a"] == pytest.approx(summary.loc["popularity", "gauc"], abs=1e-12)
+    assert row["mean_b"] == pytest.approx(summary.loc["item_knn", "gauc"], abs=1e-12)
+    per_user = result.outcomes["item_knn"].evaluation.per_user["gauc"]
+    assert abs(per_user.mean() - row["mean_b"]) > 1e-6  # (so the plain mean would show)
+
+
+def test_the_mde_uses_the_configured_level_and_power() -> None:
+    """Found by an audit: the MDE column ignored compare.alpha / compare.power (always 0.05 and
+    0.8). By hand: (z_{1−α/2} + z_power) · sd(b − a) / √n."""
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(3)
+    idx = pd.Index(np.arange(300), name="user")
+    a = pd.DataFrame({"ndcg@10": rng.random(300)}, index=idx)
+    b = pd.DataFrame({"ndcg@10": a["ndcg@10"] + rng.normal(0.02, 0.1, 300)}, index=idx)
+    spec = CompareSpec(n_resamples=100, alpha=0.01, power=0.9)
+    row = compare_pair("a", "b", (a, b), ["ndcg@10"], spec).row("ndcg@10")
+    d = (b - a)["ndcg@10"]
+    z = norm.ppf(1 - 0.01 / 2) + norm.ppf(0.9)
+    assert row["mde"] == pytest.approx(z * d.std(ddof=1) / np.sqrt(300), rel=1e-9)

@@ -627,8 +627,13 @@ def test_degenerate_splits_are_data_errors() -> None:
     with pytest.raises(DataError, match=r"split\.cut='2030-01-01' .* is after the last event"):
         check_usable(late, frame)
     early = make_split(frame, "global_time", cut="2000-01-01")
-    with pytest.raises(DataError, match=r"is at or before the first event"):
+    with pytest.raises(DataError, match=r"split\.cut='2000-01-01' .* is at or before the first"):
         check_usable(early, frame)
+    # with validation, training ends at valid_cut: that is the key to name (an audit found the
+    # message naming split.cut, three months after the first event)
+    early_valid = make_split(frame, "global_time", cut=0.8, valid_cut="2000-01-01")
+    with pytest.raises(DataError, match=r"split\.valid_cut='2000-01-01' \(2000-01-01T00:00:00"):
+        check_usable(early_valid, frame)
     # every test user unseen in training: all test events dropped
     unseen = pd.DataFrame({"user": [1, 1, 2], "item": [1, 2, 3], "timestamp": [1, 2, 3]})
     dropped = make_split(unseen, "global_time", cut="1970-01-01T00:00:03")

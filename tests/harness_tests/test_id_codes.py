@@ -172,7 +172,7 @@ def test_qrels_from_coded_test_ids_are_the_grouped_qrels(splits) -> None:
         assert known_codes(coded["user"]) is not None and known_codes(coded["item"]) is not None
         for relevance in ("binary", "rating"):
             suite = MetricSuite(k=10, names=("ndcg@10",), relevance=relevance)
-            got = qrels_from_test(coded, suite)
+            got = qrels_from_test(coded, suite.relevance)
             plain = _fresh(frame)
             values = plain["rating"] if relevance == "rating" else pd.Series(1.0, index=plain.index)
             want = (
@@ -359,8 +359,8 @@ def test_item_buckets_on_coded_text_ids_are_the_integer_buckets(splits) -> None:
         index=counts.index,
     )
     text_bucket = bucket_of.set_axis([f"i{v:04d}" for v in bucket_of.index])
-    qrels_int = qrels_from_test(splits["int"].test, suite)
-    qrels_txt = qrels_from_test(splits["str"].test, suite)
+    qrels_int = qrels_from_test(splits["int"].test, suite.relevance)
+    qrels_txt = qrels_from_test(splits["str"].test, suite.relevance)
     want = bucket_tables_by_engine(qrels_int, recs["int"], names, bucket_of, {})
     got = bucket_tables(qrels_txt, recs["str"], names, text_bucket, {})
     for bucket in ("head", "mid", "tail"):

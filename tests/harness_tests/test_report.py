@@ -236,7 +236,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         spec,
         summaries=(a.evaluation.summary, b.evaluation.summary),
         segments=segs,
-        qrels=qrels_from_test(split.test, suite),
+        qrels=qrels_from_test(split.test, suite.relevance),
         recs=(a.recommendations, b.recommendations),
         options=suite.evaluate_options(),
     )

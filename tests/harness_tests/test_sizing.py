@@ -156,15 +156,16 @@ def test_lower_is_better_metric_is_oriented() -> None:
     spec = CompareSpec(n_resamples=300, seed=0, daily_users=100)
     rng = np.random.default_rng(5)
     users = pd.Index(np.arange(500), name="user")
-    a = pd.DataFrame({"rmse": rng.gamma(4, 0.25, 500)}, index=users)
-    b = pd.DataFrame({"rmse": a["rmse"] * 0.9 + rng.normal(0, 0.05, 500)}, index=users)
-    pair = compare_pair("a", "b", (a, b), ["rmse"], spec)
-    frame = sizing_rows([pair], spec, metric="rmse", decisions={"b": "GO"})
+    name = "popularity@10"  # lower is better, a mean of per-user values
+    a = pd.DataFrame({name: rng.gamma(4, 0.25, 500)}, index=users)
+    b = pd.DataFrame({name: a[name] * 0.9 + rng.normal(0, 0.05, 500)}, index=users)
+    pair = compare_pair("a", "b", (a, b), [name], spec)
+    frame = sizing_rows([pair], spec, metric=name, decisions={"b": "GO"})
     row = frame.iloc[0]
-    raw = pair.row("rmse")
-    assert raw["lift"] < 0 and row["lift"] == pytest.approx(-raw["lift"])  # lower error: better
+    raw = pair.row(name)
+    assert raw["lift"] < 0 and row["lift"] == pytest.approx(-raw["lift"])  # lower: better
     assert row["lift_ci_low"] == pytest.approx(-raw["lift_ci_high"])
-    assert row["users_per_arm"] == _expected(a["rmse"], b["rmse"], row["lift"], spec)[0]
+    assert row["users_per_arm"] == _expected(a[name], b[name], row["lift"], spec)[0]
 
 
 def test_a_zero_baseline_is_sized_on_the_difference() -> None:

@@ -406,6 +406,15 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(
         f"{best.number} (tune.trials={best.number}) is used, so every model has the same budget"
     ) in out
 
+    # another tune.seed is another study: its own trials, not the first seed's answer reused
+    reseeded = cfg_of(tmp_path, *overrides, "tune.trials=1", "tune.refit=false", "tune.seed=7")
+    assert tune(reseeded) == 0
+    other = [p for p in (tmp_path / "runs" / "tuning").glob("item_knn-*.db") if p != db]
+    assert len(other) == 1
+    fresh = optuna.load_study(study_name=other[0].stem, storage=f"sqlite:///{other[0]}")
+    assert len(fresh.trials) == 1
+    assert len(optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}").trials) == 3
+
 
 def tune_process(cwd: Path, env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:
     return HarnessCli().run(cwd, *overrides, quick=True, env=env, module="harness.tune")

@@ -181,3 +181,27 @@ def test_a_dictionary_holding_a_user_twice_with_the_users_interleaved(tie_break:
         want = metrics.evaluate(qrels, run, names, tie_break=tie_break)
         got = metrics.evaluate(qrels, coded, names, tie_break=tie_break)
         pd.testing.assert_frame_equal(got.per_user, want.per_user)
+
+
+def test_exposure_groups_from_an_arrow_dictionary_train() -> None:
+    """Found by an audit: an Arrow dictionary ``train`` item column (``read_parquet`` with
+    ``dtype_backend="pyarrow"`` of a categorical) crashed the popularity groups. By hand: item
+    x holds 3 of 6 training events (head: the first 20%), y 2, z 1 (tail: the last 20% and
+    below); user a's top-2 is x (rank 1), y; user b's is z (rank 1), y."""
+    q = pd.DataFrame({"user": ["a", "b"], "item": ["x", "z"], "relevance": [1, 1]})
+    r = pd.DataFrame(
+        {"user": ["a", "a", "b", "b"], "item": ["x", "y", "z", "y"], "score": [2.0, 1, 2, 1]}
+    )
+    items = ["x", "x", "x", "y", "y", "z"]
+    train = pd.DataFrame({"user": ["a", "b", "c", "c", "d", "d"], "item": items})
+    as_dict = pd.array(
+        pa.array(items).dictionary_encode(),
+        dtype=pd.ArrowDtype(pa.dictionary(pa.int32(), pa.string())),
+    )
+    names = ["exposure_head@2", "exposure_tail@2"]
+    plain = metrics.evaluate(q, r, names, train=train).summary
+    coded = metrics.evaluate(q, r, names, train=train.assign(item=as_dict)).summary
+    assert coded == plain
+    w1, w2 = 1.0, 1 / math.log2(3)  # exposure of ranks 1 and 2
+    assert plain["exposure_head@2"] == pytest.approx(w1 / (2 * (w1 + w2)))
+    assert plain["exposure_tail@2"] == pytest.approx(w1 / (2 * (w1 + w2)))

@@ -584,3 +584,32 @@ def test_an_unused_null_in_an_arrow_dictionary_is_no_missing_id() -> None:
     coded = run.assign(item=_dictionary_column([1, 2, 1], [None, "a", "b"]))
     want = metrics.evaluate(qrels, run, ["ndcg@5", "mrr", "auc"]).summary
     assert metrics.evaluate(qrels, coded, ["ndcg@5", "mrr", "auc"]).summary == want
+
+
+def test_train_ids_of_another_kind_than_the_run_are_refused():
+    """Found by an audit: string train items against integer run items made every popularity
+    lookup miss (novelty log2(|train|), popularity 0, diversity 1) without a word."""
+    q = pd.DataFrame({"user": [1, 2], "item": [1, 2], "relevance": [1, 1]})
+    r = pd.DataFrame({"user": [1, 1, 2, 2], "item": [1, 2, 2, 3], "score": [2.0, 1, 2, 1]})
+    train = pd.DataFrame({"user": [1, 2, 3, 3], "item": [1, 1, 2, 3]})
+    # by hand: item 1 seen by 2 of 4 training rows, items 2 and 3 by 1; novelty = mean over
+    # recommended items of -log2(count / 4): user 1 (1, 2): (1 + 2) / 2, user 2 (2, 3): 2
+    ok = metrics.evaluate(q, r, ["novelty@2"], train=train)
+    assert ok.summary["novelty@2"] == pytest.approx((1.5 + 2.0) / 2)
+    text = train.astype({"item": str})
+    with pytest.raises(ValueError, match=r"^train column 'item' holds strings but the run's item"):
+        metrics.evaluate(q, r, ["novelty@2"], train=text)
+    with pytest.raises(ValueError, match=r"^train column 'user' holds strings but the run's user"):
+        metrics.evaluate(q, r, ["novelty@2"], train=train.astype({"user": str}))
+
+
+def test_a_catalog_of_ids_must_hold_the_recommended_items():
+    """Found by an audit: catalog=[1, 2, 3, 4] with item 5 recommended gave coverage 2/4."""
+    q = pd.DataFrame({"user": [1, 2], "item": [1, 2], "relevance": [1, 1]})
+    r = pd.DataFrame({"user": [1, 1, 2, 2], "item": [1, 5, 5, 1], "score": [2.0, 1, 2, 1]})
+    with pytest.raises(ValueError, match=r"^'catalog' lacks item 5, which the run holds"):
+        metrics.evaluate(q, r, ["coverage@2"], catalog=[1, 2, 3, 4])
+    # by hand: top-1 lists hold items 1 and 5, of 5 catalog items
+    assert metrics.evaluate(q, r, ["coverage@1"], catalog=range(1, 6)).summary == {
+        "coverage@1": pytest.approx(2 / 5)
+    }

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import metrics
-from metrics import ranking, scores
+from metrics import ranking, scores, stats
 from metrics.judged import Judged
 
 TOL = 1e-9
@@ -339,6 +339,23 @@ def test_gsb_tolerance_relative():
     res = metrics.gsb(a, b, tolerance=0.25)
     assert (res.good, res.same, res.bad) == (2, 1, 1)
     assert abs(res.delta - 1 / 4) < TOL
+
+
+def test_gsb_difference_of_exactly_the_tolerance_is_same_whatever_its_rounding():
+    """Found by an audit: precision@10 moves in steps of 0.1, and with tolerance 0.1 a one-hit
+    gain counted "good" or "same" by its binary rounding (0.4 − 0.3 = 0.10000000000000003,
+    0.3 − 0.2 = 0.09999999999999998). By hand: every one-step change is exactly the tolerance
+    (same), a two-step one is beyond it; relative 10% of 0.3 is 0.03 (0.33: same, 0.34: good)."""
+    a = [0.3, 0.7, 0.2, 0.6, 0.2, 0.4]
+    b = [0.4, 0.8, 0.3, 0.5, 0.4, 0.1]
+    res = metrics.gsb(a, b, tolerance=0.1)
+    assert (res.good, res.same, res.bad) == (1, 4, 1)
+    res = metrics.gsb([0.3, 0.3, 0.3], [0.33, 0.34, 0.27], tolerance=0.1, relative=True)
+    assert (res.good, res.same, res.bad) == (1, 2, 0)
+    # the comparison's bootstrap counts by the same rule
+    one = stats.compare(np.array(a), np.array(b), tolerance=0.1, n_resamples=50)
+    assert (one.gsb.good, one.gsb.same, one.gsb.bad) == (1, 4, 1)
+    assert metrics.gsb([0.0], [1e-300]).good == 1  # no tolerance: any difference counts
 
 
 def test_gsb_lower_is_better():

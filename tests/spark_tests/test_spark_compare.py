@@ -51,8 +51,9 @@ def ids(n: int, kind: str) -> np.ndarray:
 
 def per_user_tables(n: int, kind: str, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Two per-user tables on the same users, sorted by user as ``metrics.evaluate`` gives them:
-    a continuous metric, a discrete one with many ties, a lower-is-better one, a metric with
-    NaN for some users, a whole-run metric (all NaN) and one with a single large difference
+    a continuous metric, a discrete one with many ties, a lower-is-better one, a pooled one
+    (rmse: compared on its summaries), a metric with NaN for some users, a whole-run metric
+    (all NaN) and one with a single large difference
     (so that its normal interval is not trusted and it stays bootstrapped at any size)."""
     rng = np.random.default_rng(seed)
     base = rng.beta(2, 3, n)
@@ -60,6 +61,7 @@ def per_user_tables(n: int, kind: str, seed: int = 0) -> tuple[pd.DataFrame, pd.
         {
             "ndcg@10": base,
             "precision@10": rng.integers(0, 4, n) / 10,
+            "popularity@10": rng.gamma(2.0, 0.5, n),
             "rmse": rng.gamma(2.0, 0.5, n),
             "mrr@10": np.where(rng.random(n) < 0.2, np.nan, rng.random(n)),
             "coverage@10": np.full(n, np.nan),
@@ -70,6 +72,7 @@ def per_user_tables(n: int, kind: str, seed: int = 0) -> tuple[pd.DataFrame, pd.
     b = a.copy()
     b["ndcg@10"] = np.clip(base + rng.normal(0.01, 0.05, n), 0, 1)
     b["precision@10"] = np.clip(a["precision@10"] + rng.integers(-1, 2, n) / 10, 0, 1)
+    b["popularity@10"] = a["popularity@10"] * rng.lognormal(-0.02, 0.1, n)
     b["rmse"] = a["rmse"] * rng.lognormal(-0.02, 0.1, n)
     b["mrr@10"] = np.where(rng.random(n) < 0.1, np.nan, a["mrr@10"] + rng.normal(0, 0.1, n))
     b["recall@10"] = a["recall@10"] + rng.random(n) * 0.001
@@ -130,14 +133,17 @@ def as_spark_segments(spark: Any, groups: dict[str, np.ndarray]) -> SparkSegment
             400,
             CompareSpec(n_resamples=200, tolerance=0.05, relative_tolerance=True, gsb_metric="x"),
         ),
-        (25_000, CompareSpec(n_resamples=200, tolerance=0.01, correction="bh")),
+        (
+            25_000,
+            CompareSpec(n_resamples=200, tolerance=0.01, correction="bh", alpha=0.01, power=0.9),
+        ),
     ],
     ids=["bootstrap", "relative-tolerance", "normal"],
 )
 def test_same_comparison_as_in_process(spark: Any, kind: str, n: int, spec: CompareSpec) -> None:
     a, b = per_user_tables(n, kind)
     names = list(a.columns)
-    summaries = ({"coverage@10": 0.4}, {"coverage@10": 0.5})
+    summaries = ({"coverage@10": 0.4, "rmse": 1.1}, {"coverage@10": 0.5, "rmse": 0.9})
     groups = user_segments(a, 2_000)
     ref = compare_pair(
         "base", "cand", (a, b), names, spec, summaries=summaries,
@@ -149,6 +155,11 @@ def test_same_comparison_as_in_process(spark: Any, kind: str, n: int, spec: Comp
     )  # fmt: skip
     assert_same(mine, ref)
     t = ref.table
+    # rmse is pooled over pairs: its row is the summaries' values, on segment "all" only
+    pooled = t[t["metric"] == "rmse"]
+    assert pooled[["segment", "kind", "mean_a", "mean_b"]].values.tolist() == [
+        ["all", "run-level", 1.1, 0.9]
+    ]
     # users without a value on a side are counted (they were left out silently: dropped 0)
     left_out = int((a["mrr@10"].isna() | b["mrr@10"].isna()).sum())
     mrr = t[(t["segment"] == "all") & (t["metric"] == "mrr@10")].iloc[0]
@@ -504,3 +515,18 @@ def test_pooled_pairs_in_spark_are_exact(spark: Any) -> None:
     expected = int((2 * below + tied).sum())
     frame = _frame(spark, rows, "scores").repartition(7)
     assert _pooled_pairs(frame) == (int(relevant.sum()), int((~relevant).sum()), expected)
+
+
+def test_gsb_at_exactly_the_tolerance_is_same_as_in_process(spark: Any) -> None:
+    # one-step changes of precision@10 equal the tolerance 0.1 whatever their binary rounding
+    # (0.4 − 0.3 > 0.1 > 0.3 − 0.2 in floating point): by hand 1 good, 4 same, 1 bad
+    idx = pd.Index([1, 2, 3, 4, 5, 6], name="user")
+    a = pd.DataFrame({"precision@10": [0.3, 0.7, 0.2, 0.6, 0.2, 0.4]}, index=idx)
+    b = pd.DataFrame({"precision@10": [0.4, 0.8, 0.3, 0.5, 0.4, 0.1]}, index=idx)
+    spec = CompareSpec(n_resamples=50, tolerance=0.1, gsb_metric="precision@10")
+    mine = compare_spark(
+        spark_table(spark, a), spark_table(spark, b), ["precision@10"], spec,
+        baseline="base", candidate="cand",
+    )  # fmt: skip
+    row = mine.row("precision@10")
+    assert (row["gsb_good"], row["gsb_same"], row["gsb_bad"]) == (1, 4, 1)
