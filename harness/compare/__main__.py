@@ -538,7 +538,6 @@ def _on_spark(
     """The compared metrics and a function comparing them with the per-user tables kept in
     Spark (:func:`harness.spark.compare.compare_spark`; segments from the cached split;
     metric ``options`` as :func:`_options`, the truth by ``relevance``)."""
-
     from harness.spark.compare import bucket_tables_spark, compare_spark, segments_spark
     from harness.spark.io import _frame
     from harness.spark.pipeline import qrels_spark
