@@ -509,6 +509,13 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         unseen = dropped_warning(split.stats, 0.0)
         if unseen:
             print(f"note: {unseen}")
+    n_valid = int(split.stats.get("n_valid_events") or 0)
+    if n_valid:  # a plain run with a validation part: those events are in neither side
+        print(
+            f"note: the split's {n_valid:,} validation events are neither trained on nor tested "
+            "in this run; they serve tuning (python -m harness.tune), whose final run trains "
+            "on train + validation"
+        )
     key = split_cache_key(dataset.frame, method, split_params, digest=dataset.sha256)
     if spark is not None and len(split.train) == int(split.stats.get("n_train_events", -1)):
         # the driver copy (at most engine.driver_rows events) where harness.compare finds it

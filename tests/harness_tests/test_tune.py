@@ -416,6 +416,25 @@ def test_tune_logs_nested_trials_and_tests_the_best_once(
     assert len(optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}").trials) == 3
 
 
+def test_a_plain_run_with_a_validation_part_says_where_those_events_went(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by an audit: a plain run with split.valid_cut left the validation events out of
+    training and test without a word."""
+    cfg = cfg_of(tmp_path, "model=[popularity]", "split.valid_cut=0.6", "tracking=none")
+    assert run(cfg) == 0
+    n_valid = int(
+        pd.read_json(next((tmp_path / "runs").rglob("split_stats.json")), typ="series")[
+            "n_valid_events"
+        ]
+    )
+    assert n_valid > 0
+    assert (
+        f"note: the split's {n_valid:,} validation events are neither trained on nor tested in "
+        "this run" in capsys.readouterr().out
+    )
+
+
 def tune_process(cwd: Path, env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:
     return HarnessCli().run(cwd, *overrides, quick=True, env=env, module="harness.tune")
 
