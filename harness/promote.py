@@ -338,7 +338,7 @@ def headline_text(record: Mapping[str, Any], metric: str | None = None) -> str:
     ci = f" [{_val(low)}, {_val(high)}]" if low is not None else ""
     lift_low, lift_high = entry.get("lift_ci") or [None, None]
     lift_ci = f" [{_pct(lift_low)}, {_pct(lift_high)}]" if lift_low is not None else ""
-    from harness.report.context import higher_is_better
+    from harness.report.format import higher_is_better
 
     lower = "" if higher_is_better(str(metric)) else " (lower is better)"  # the lift is as is
     return (

@@ -170,6 +170,12 @@ def resume(spec: str, runs_dir: Path, name: str, key: str, config: Mapping[str, 
     started = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}"
     old_models = _saved_config(folder).get("model") or {}
     new_models = config.get("model") or {}
+    dropped = [str(m) for m in old_models if m not in new_models]
+    for model in dropped:  # a failed or unfinished model left out: its record goes with it
+        if (folder / model).is_dir() and load_model(folder, model) is None:
+            shutil.rmtree(folder / model)
+    if dropped and (folder / "record.json").exists():
+        _new_id(folder)  # its MLflow runs hold the models left out: log a new one
     reused: dict[str, ModelOutcome] = {}
     for model in new_models:
         same = model in old_models and _difference(old_models[model], new_models[model]) is None
@@ -183,15 +189,23 @@ def resume(spec: str, runs_dir: Path, name: str, key: str, config: Mapping[str, 
     return Resumed(folder, reused)
 
 
+def _new_id(folder: Path) -> None:
+    """A new id in ``run.json``: the resumed run is logged as a new MLflow run, since the one
+    the interrupted run logged holds other results."""
+    info = run_info(folder)
+    info["id"] = uuid.uuid4().hex
+    (folder / RUN_INFO).write_text(json.dumps(info, indent=1))
+
+
 def record_resumption(folder: Path, outcomes: Mapping[str, ModelOutcome]) -> None:
     """Note in ``run.json`` which models a resumed run reused and which it ran (once they ran:
     a Spark model whose saved tables could not be read ran again); a new folder id when models
     ran again after the interrupted run had written ``record.json`` (MLflow may hold its runs)."""
     reused = sorted(name for name, outcome in outcomes.items() if outcome.reused_from)
     rerun = [name for name, outcome in outcomes.items() if not outcome.reused_from]
-    info = run_info(folder)
     if rerun and (folder / "record.json").exists():
-        info["id"] = uuid.uuid4().hex
+        _new_id(folder)
+    info = run_info(folder)
     info.setdefault("resumed", []).append(
         {"at": time.strftime("%Y%m%d-%H%M%S"), "reused": reused, "rerun": rerun}
     )

@@ -20,7 +20,7 @@ import pandas as pd
 from harness import gate
 from harness.compare import PairComparison
 from harness.gate import GateDecision, worst
-from harness.report.format import finite, fmt_ci, fmt_lift, fmt_value
+from harness.report.format import finite, fmt_ci, fmt_lift, fmt_value, higher_is_better
 
 if TYPE_CHECKING:
     from harness.experiment import ExperimentResult
@@ -95,16 +95,6 @@ def read_tuning(folder: Any) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def higher_is_better(metric: str) -> bool:
-    """The metric's direction from the metrics package (True when it cannot be parsed)."""
-    try:
-        import metrics
-
-        return bool(metrics.parse(metric).definition.higher_is_better)
-    except Exception:
-        return True
 
 
 def now() -> str:

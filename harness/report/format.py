@@ -81,11 +81,26 @@ def fmt_lift(x: Any) -> str:
     return f"{float(x):+.2%}" if finite(x) else MISSING
 
 
+def higher_is_better(metric: str) -> bool:
+    """The metric's direction from the metrics package (True when it cannot be parsed)."""
+    try:
+        import metrics
+
+        return bool(metrics.parse(metric).definition.higher_is_better)
+    except Exception:
+        return True
+
+
 def fmt_p(p: Any) -> str:
-    """A p-value with 3 decimals, ``<0.001`` below that."""
+    """A p-value with 3 decimals, ``<0.001`` below that; 5 decimals where 3 would put it on the
+    other side of 0.05 (50/1001 = 0.04995 is not "0.050")."""
     if not finite(p):
         return MISSING
-    return "<0.001" if float(p) < 0.001 else f"{float(p):.3f}"
+    value = float(p)
+    if value < 0.001:
+        return "<0.001"
+    text = f"{value:.3f}"
+    return text if (value < 0.05) == (float(text) < 0.05) else f"{value:.5f}"
 
 
 def fmt_ci(estimate: Any, low: Any, high: Any, fmt: Callable[[Any], str]) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from harness.compare import PairComparison
-from harness.report.format import ci_label, finite, number, tone
+from harness.report.format import ci_label, finite, higher_is_better, number, tone
 
 __all__ = ["best_so_far", "differences_plot", "gsb_plot", "lift_plot", "tuning_plot"]
 
@@ -149,7 +149,8 @@ def differences_plot(pair: PairComparison) -> bytes | None:
     ax.hist(values, bins=bins, color="#54aeff", edgecolor="white")
     mean = float(values.mean())
     ax.axvline(0, color="black", linewidth=1, linestyle="--", label="no difference")
-    ax.axvline(mean, color=_RED if mean < 0 else _GREEN, linewidth=2, label=f"mean {mean:+.4f}")
+    better = mean > 0 if higher_is_better(pair.gsb_metric) else mean < 0
+    ax.axvline(mean, color=_GREEN if better else _RED, linewidth=2, label=f"mean {mean:+.4f}")
     ax.set_xlabel(f"{pair.gsb_metric}: candidate − baseline, per user")
     ax.set_ylabel("users")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))

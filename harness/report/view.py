@@ -19,7 +19,7 @@ import pandas as pd
 from harness.compare import PairComparison
 from harness.gate import GateDecision
 from harness.report import plots
-from harness.report.context import DatasetInfo, ReportContext, Verdict, higher_is_better
+from harness.report.context import DatasetInfo, ReportContext, Verdict
 from harness.report.format import (
     MISSING,
     ci_label,
@@ -32,6 +32,7 @@ from harness.report.format import (
     fmt_share,
     fmt_time,
     fmt_value,
+    higher_is_better,
     number,
     plain,
     readable_source,
@@ -343,7 +344,9 @@ def _decision_line(candidate: str, d: GateDecision, pairs: list[PairComparison])
                 number(row, "lift_ci_high"),
                 fmt_lift,
             )
-            line += f": {primary.metric}{where} lift {lift}"
+            # the lift as the metric moved: say so where a fall is the gain
+            lower = "" if higher_is_better(primary.metric) else " (lower is better)"
+            line += f": {primary.metric}{where} lift {lift}{lower}"
     return d.decision, line
 
 

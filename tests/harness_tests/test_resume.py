@@ -284,3 +284,26 @@ def test_a_finished_run_with_a_failed_model_reruns_only_that_model(tmp_path: Pat
     )
     assert refused.returncode == 2
     assert "is COMPLETE with every model ok, nothing to resume" in refused.stderr
+
+
+def test_a_resume_that_leaves_the_failed_model_out_logs_a_new_parent(tmp_path: Path) -> None:
+    """Found by an audit: resumed without its failed model, nothing ran again, so the folder kept
+    its id and MLflow kept the first parent (FAILED, with the failed model) as this run's record;
+    the failed model's folder also kept the finished folder resumable."""
+    broken = "+model.mine._target_=plugins.models.FailsToFit"
+    first = CLI.run(tmp_path, *RUN[:2], "model=[popularity]", broken)
+    assert first.returncode == 1, first.stderr
+    (folder,) = (tmp_path / "runs" / "results" / "offline-eval").iterdir()
+    first_id = run_info(folder)["id"]
+    again = CLI.run(tmp_path, *RUN[:2], "model=[popularity]", f"resume={folder}")
+    assert again.returncode == 0, again.stderr
+    assert run_info(folder)["id"] != first_id and not (folder / "mine").exists()
+    parents = [re.search(r"parent run ([0-9a-f]{32})", p.stdout) for p in (first, again)]
+    assert all(parents) and parents[0].group(1) != parents[1].group(1)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/runs/mlflow.db")
+    latest = client.get_run(parents[1].group(1))
+    assert latest.info.status == "FINISHED"
+    refused = CLI.run(tmp_path, *RUN[:2], "model=[popularity]", f"resume={folder}")
+    assert refused.returncode == 2  # complete, every model ok: nothing to resume
