@@ -71,7 +71,13 @@ from harness.models import Recommender, check_options, model_class, without_sear
 from harness.promote import check_promotion, promote_run, registry_notes
 from harness.record import failed_job_row, job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
-from harness.resume import check_folder, finished, record_resumption, resume
+from harness.resume import (
+    check_folder,
+    finished,
+    record_input_files,
+    record_resumption,
+    resume,
+)
 from harness.schema import (
     SparkEngine,
     config_error,
@@ -336,6 +342,8 @@ def format_verdicts(
                 if row.get("mean_a") == 0
                 else "no lift CI"
             )
+            if not bool(row.get("higher_is_better", True)):  # ΔGSB is oriented, the lift is not
+                head += " (lower is better)"
         if pair.candidate in sanity:
             head += " (sanity baseline, not gated)"
         lines.append(head)
@@ -535,6 +543,7 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         folder = allocate(runs_dir, str(cfg.name), key, stamp)  # this run's own, new folder
     _active["folder"] = folder
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    record_input_files(folder, _plain(cfg))  # a resume compares the files the config names
     if tuning is not None:
         (folder / "tuning.json").write_text(json.dumps(tuning, indent=2, default=str))
     checkpoint("candidates", folder)

@@ -10,7 +10,9 @@ finished is reused, the others (new, changed, failed or cut off) run again. Prog
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import time
 import uuid
@@ -32,10 +34,70 @@ from harness.folders import (
     safe_component,
 )
 
-__all__ = ["Resumed", "check_folder", "failed", "finished", "record_resumption", "resume"]
+__all__ = [
+    "Resumed",
+    "check_folder",
+    "failed",
+    "finished",
+    "record_input_files",
+    "record_resumption",
+    "resume",
+]
 
 #: Keys that do not change a run's numbers, so a resumed run may set them differently.
 _FREE = ("resume", "progress", "debug", "tracking", "runs_dir")
+#: The files a run's config names (side inputs, candidates, score files), as they were.
+INPUT_FILES = "input_files.json"
+#: Files up to this size are compared by content; larger ones by size and modification time.
+_HASHED_BYTES = 256 << 20
+
+
+def _file_state(path: str) -> dict[str, Any]:
+    stat = os.stat(path)
+    state: dict[str, Any] = {"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    if stat.st_size <= _HASHED_BYTES:
+        with open(path, "rb") as handle:
+            state["sha256"] = hashlib.file_digest(handle, "sha256").hexdigest()
+    return state
+
+
+def _input_files(config: Mapping[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    """Every config value (outside :data:`_FREE`) naming an existing file: key → its state."""
+    found: dict[str, dict[str, Any]] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if not prefix and key in _FREE:
+            continue
+        if isinstance(value, Mapping):
+            found |= _input_files(value, f"{name}.")
+        elif isinstance(value, str) and value and os.path.isfile(value):
+            found[name] = _file_state(value)
+    return found
+
+
+def record_input_files(folder: Path, config: Mapping[str, Any]) -> None:
+    """Write what the files ``config`` names are now, for a later resume to compare with: a
+    file rewritten at the same path changes the numbers as much as a changed setting."""
+    (folder / INPUT_FILES).write_text(json.dumps(_input_files(config), indent=1))
+
+
+def _same_file(old: Mapping[str, Any], new: Mapping[str, Any] | None) -> bool:
+    if new is None:
+        return False
+    if "sha256" in old and "sha256" in new:
+        return bool(old["sha256"] == new["sha256"])
+    return all(old.get(k) == new.get(k) for k in ("size", "mtime_ns"))
+
+
+def _changed_files(folder: Path, config: Mapping[str, Any]) -> list[str]:
+    """The config keys whose file differs from the one ``folder``'s run read (none recorded:
+    a folder from before the files were recorded)."""
+    try:
+        old = json.loads((folder / INPUT_FILES).read_text())
+    except (OSError, ValueError):
+        return []
+    new = _input_files(config)
+    return [key for key, state in old.items() if not _same_file(state, new.get(key))]
 
 
 @dataclass(frozen=True)
@@ -106,6 +168,14 @@ def _difference(old: Any, new: Any, path: str = "") -> tuple[str, Any, Any] | No
     return None if old == new else (path.rstrip("."), old, new)
 
 
+def _value(config: Mapping[str, Any], key: str) -> Any:
+    """The value at dotted ``key`` of a plain config."""
+    value: Any = config
+    for part in key.split("."):
+        value = value[part]
+    return value
+
+
 def _saved_config(folder: Path) -> dict[str, Any]:
     try:
         return dict(yaml.safe_load((folder / "config.yaml").read_text()) or {})
@@ -125,6 +195,10 @@ def _mismatch(folder: Path, key: str, config: Mapping[str, Any]) -> str | None:
     if diff:
         where, was, now = diff
         return f"{folder} was run with {where}={was!r}, this run has {where}={now!r}"
+    changed = [k for k in _changed_files(folder, config) if not k.startswith("model.")]
+    if changed:  # a model's own file may change: that model runs again
+        key = changed[0]
+        return f"{folder} read {key}={_value(config, key)!r} before that file changed"
     return None
 
 
@@ -177,8 +251,10 @@ def resume(spec: str, runs_dir: Path, name: str, key: str, config: Mapping[str, 
     if dropped and (folder / "record.json").exists():
         _new_id(folder)  # its MLflow runs hold the models left out: log a new one
     reused: dict[str, ModelOutcome] = {}
+    rewritten = {k.split(".")[1] for k in _changed_files(folder, config) if k.startswith("model.")}
     for model in new_models:
         same = model in old_models and _difference(old_models[model], new_models[model]) is None
+        same = same and str(model) not in rewritten  # its score file changed: run it again
         outcome = load_model(folder, str(model)) if same else None
         if outcome is not None:
             outcome.reused_from = started

@@ -825,7 +825,10 @@ def comparison_table(pair: PairComparison, segment: str = "all") -> str:
         )
     if not rows:
         return "(no metric to compare)"
-    return pd.DataFrame(rows).to_string(index=False)
+    text = pd.DataFrame(rows).to_string(index=False)
+    hib = table["higher_is_better"] if "higher_is_better" in table else [True] * len(table)
+    lower = [str(m) for m, h in zip(table["metric"], hib, strict=True) if not bool(h)]
+    return text + (f"\n(lower is better: {', '.join(lower)})" if lower else "")
 
 
 def _default_out(runs_dir: Path, pair: PairComparison) -> Path:

@@ -89,6 +89,11 @@ class _TrainCounts:
             raise KeyError(key)
         return self
 
+    @property
+    def dtype(self) -> Any:
+        """The item ids' dtype (``metrics.evaluate`` checks it is the run's kind)."""
+        return self.counts.index.dtype
+
     def value_counts(self) -> pd.Series:
         """The global item counts."""
         return self.counts

@@ -876,3 +876,42 @@ def test_unseen_line_says_none_when_nothing_is_unseen() -> None:
 
     assert seen_pairs_line({"n_test_pairs": 9, "test_pairs_in_train": 0}) is None
     assert seen_pairs_line({}) is None  # a split cached before the count: nothing to say
+
+
+def test_a_p_value_is_never_printed_across_0_05() -> None:
+    """Found by an audit: 50/1001 = 0.04995 (a randomization p with 1000 resamples) printed as
+    "0.050"."""
+    from harness.report.format import fmt_p
+
+    assert [fmt_p(p) for p in (50 / 1001, 0.0496, 0.05, 0.0504, 0.123, 0.0004)] == [
+        "0.04995",
+        "0.04960",
+        "0.050",
+        "0.050",
+        "0.123",
+        "<0.001",
+    ]
+
+
+def test_a_lower_is_better_lift_is_marked_where_it_is_printed() -> None:
+    """Found by an audit: a GO beside "popularity@10 lift -19.88%" with no word that a fall is
+    the gain (the gate's own lines read it oriented, +19.88%)."""
+    from harness.cli import format_verdicts
+    from harness.compare import CompareSpec, compare_pair
+    from harness.compare.__main__ import comparison_table
+    from harness.gate import GateSpec, decide
+    from harness.report.view import _decision_line
+
+    idx = pd.Index(range(40), name="user")
+    a = pd.DataFrame({"popularity@10": np.linspace(1, 9, 40)}, index=idx)
+    b = a * 0.8
+    spec = CompareSpec(n_resamples=50, gsb_metric="popularity@10")
+    pair = compare_pair("base", "cand", (a, b), ["popularity@10"], spec)
+    assert pair.row("popularity@10")["lift"] == pytest.approx(-0.2)
+    decision = decide(pair, GateSpec(primary={"metric": "popularity@10", "min_lift": 0.0}))
+    assert decision.decision == "GO"
+    _, line = _decision_line("cand", decision, [pair])
+    assert line.endswith("popularity@10 lift -20.00% [-20.00%, -20.00%] (lower is better)")
+    head = format_verdicts([pair], {"cand": decision}, "GO").splitlines()[0]
+    assert head.endswith("lift -20.00% [-20.00%, -20.00%] (lower is better)")
+    assert comparison_table(pair).splitlines()[-1] == "(lower is better: popularity@10)"

@@ -307,3 +307,28 @@ def test_a_resume_that_leaves_the_failed_model_out_logs_a_new_parent(tmp_path: P
     assert latest.info.status == "FINISHED"
     refused = CLI.run(tmp_path, *RUN[:2], "model=[popularity]", f"resume={folder}")
     assert refused.returncode == 2  # complete, every model ok: nothing to resume
+
+
+def test_a_side_file_rewritten_since_the_run_refuses_the_resume(tmp_path: Path) -> None:
+    """Found by an audit: a resume reused results computed from the item features as they were
+    (diversity 0.78) after the file was rewritten at the same path (a fresh run: 0.45)."""
+    items = tmp_path / "items.csv"
+    items.write_text("item,genre\n" + "".join(f"{i},{'ab'[i % 2]}\n" for i in range(300)))
+    args = (
+        *RUN[:2],
+        "model=[popularity]",
+        f"dataset.item_features={items}",
+        "metrics.names=[ndcg@10,recall@10,coverage@10,diversity@10]",
+        "tracking=none",
+    )
+    broken = "+model.mine._target_=plugins.models.FailsToFit"
+    first = CLI.run(tmp_path, *args, broken)
+    assert first.returncode == 1, first.stderr
+    (folder,) = (tmp_path / "runs" / "results" / "offline-eval").iterdir()
+    items.write_text("item,genre\n" + "".join(f"{i},{'abc'[i % 3]}\n" for i in range(300)))
+    again = CLI.run(tmp_path, *args, f"resume={folder}")
+    assert again.returncode == 2
+    assert again.stderr.strip() == (
+        f"error: resume: {folder} read dataset.item_features={str(items)!r} before that file "
+        "changed"
+    )
