@@ -50,6 +50,8 @@ _FREE = ("resume", "progress", "debug", "tracking", "runs_dir")
 INPUT_FILES = "input_files.json"
 #: Files up to this size are compared by content; larger ones by size and modification time.
 _HASHED_BYTES = 256 << 20
+#: The events file: the split key already holds its content (not read twice at each start).
+_EVENTS = "dataset.path"
 
 
 def _file_state(path: str) -> dict[str, Any]:
@@ -62,11 +64,12 @@ def _file_state(path: str) -> dict[str, Any]:
 
 
 def _input_files(config: Mapping[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
-    """Every config value (outside :data:`_FREE`) naming an existing file: key → its state."""
+    """Every config value naming an existing file (outside :data:`_FREE`, and not the events
+    file: :data:`_EVENTS`): key → its state."""
     found: dict[str, dict[str, Any]] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
-        if not prefix and key in _FREE:
+        if (not prefix and key in _FREE) or name == _EVENTS:
             continue
         if isinstance(value, Mapping):
             found |= _input_files(value, f"{name}.")
@@ -89,15 +92,15 @@ def _same_file(old: Mapping[str, Any], new: Mapping[str, Any] | None) -> bool:
     return all(old.get(k) == new.get(k) for k in ("size", "mtime_ns"))
 
 
-def _changed_files(folder: Path, config: Mapping[str, Any]) -> list[str]:
-    """The config keys whose file differs from the one ``folder``'s run read (none recorded:
-    a folder from before the files were recorded)."""
+def _changed_files(folder: Path, config: Mapping[str, Any]) -> dict[str, str]:
+    """The config keys (with their paths) whose file differs from the one ``folder``'s run read
+    (none recorded: a folder from before the files were recorded)."""
     try:
         old = json.loads((folder / INPUT_FILES).read_text())
     except (OSError, ValueError):
-        return []
+        return {}
     new = _input_files(config)
-    return [key for key, state in old.items() if not _same_file(state, new.get(key))]
+    return {k: str(state["path"]) for k, state in old.items() if not _same_file(state, new.get(k))}
 
 
 @dataclass(frozen=True)
@@ -168,14 +171,6 @@ def _difference(old: Any, new: Any, path: str = "") -> tuple[str, Any, Any] | No
     return None if old == new else (path.rstrip("."), old, new)
 
 
-def _value(config: Mapping[str, Any], key: str) -> Any:
-    """The value at dotted ``key`` of a plain config."""
-    value: Any = config
-    for part in key.split("."):
-        value = value[part]
-    return value
-
-
 def _saved_config(folder: Path) -> dict[str, Any]:
     try:
         return dict(yaml.safe_load((folder / "config.yaml").read_text()) or {})
@@ -195,10 +190,10 @@ def _mismatch(folder: Path, key: str, config: Mapping[str, Any]) -> str | None:
     if diff:
         where, was, now = diff
         return f"{folder} was run with {where}={was!r}, this run has {where}={now!r}"
-    changed = [k for k in _changed_files(folder, config) if not k.startswith("model.")]
-    if changed:  # a model's own file may change: that model runs again
-        key = changed[0]
-        return f"{folder} read {key}={_value(config, key)!r} before that file changed"
+    changed = _changed_files(folder, config)
+    side = [k for k in changed if not k.startswith("model.")]
+    if side:  # a model's own file may change: that model runs again
+        return f"{folder} read {side[0]}={changed[side[0]]!r} before that file changed"
     return None
 
 
