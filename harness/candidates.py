@@ -36,6 +36,8 @@ __all__ = [
 ]
 
 KINDS = ("full", "sampled", "file")
+#: The stat (and the sample's ``attrs`` key) counting users with fewer negatives than asked.
+SHORT = "candidates.users_short"
 SAMPLED_WARNING = (
     "sampled candidates: metrics rank test items among a few sampled negatives; they are "
     "biased estimates of full-catalog metrics and may even order models differently"
@@ -137,7 +139,8 @@ def sample_negatives(
     without replacement) sample that does not depend on row order or on other users, and that
     the Spark engine reproduces (:mod:`harness.spark.candidates`). Draws come in rounds over all
     short users at once; a user whose unseen catalog is no larger than ``n_negatives`` gets all
-    of it.
+    of it. A user still short after :data:`MAX_ROUNDS` rounds keeps fewer; ``attrs[SHORT]``
+    counts them.
     """
     from harness.hashing import hash_ids
 
@@ -181,6 +184,8 @@ def sample_negatives(
             width,
         )
         start[short] += d
+    # users still short after MAX_ROUNDS: their unseen items weigh almost nothing (popularity)
+    n_short = int((sampled & (np.bincount(got_u, minlength=len(users)) < target)).sum())
     full_u = np.repeat(np.flatnonzero(everything), n_items)
     full_p = np.tile(np.arange(n_items, dtype=np.int64), int(everything.sum()))
     unseen = ~member(full_u * width + full_p, seen)
@@ -195,7 +200,9 @@ def sample_negatives(
     ]
     user_rank = np.r_[np.searchsorted(users, positives[USER].to_numpy()), neg_u]
     order = np.argsort(user_rank.astype(np.int64) * len(items) + item_rank)
-    return rows.take(order).reset_index(drop=True)
+    rows = rows.take(order).reset_index(drop=True)
+    rows.attrs[SHORT] = n_short  # kept by the Parquet cache
+    return rows
 
 
 def _read_file(path: str) -> pd.DataFrame:
@@ -250,11 +257,13 @@ def build_candidates(
                     ) from None
     else:
         frame = _cached_sample(spec, split, cache_dir)
-    return frame, candidate_stats(spec, len(frame), int(frame[USER].nunique()))
+    short = int(frame.attrs.get(SHORT, 0))
+    return frame, candidate_stats(spec, len(frame), int(frame[USER].nunique()), short)
 
 
-def candidate_stats(spec: CandidateSpec, rows: int, users: int) -> dict[str, Any]:
-    """The ``candidates.*`` statistics of a candidate set (both engines report these)."""
+def candidate_stats(spec: CandidateSpec, rows: int, users: int, short: int = 0) -> dict[str, Any]:
+    """The ``candidates.*`` statistics of a candidate set (both engines report these);
+    ``short``: sampled users who got fewer negatives than asked (see :func:`short_warning`)."""
     stats: dict[str, Any] = {
         "candidates.kind": spec.kind,
         "candidates.rows": rows,
@@ -266,8 +275,23 @@ def candidate_stats(spec: CandidateSpec, rows: int, users: int) -> dict[str, Any
             "candidates.n_negatives": spec.n_negatives,
             "candidates.sampling": spec.sampling,
             "candidates.seed": spec.seed,
+            SHORT: short,
         }
     return stats
+
+
+def short_warning(stats: dict[str, Any]) -> str | None:
+    """The warning for sampled users left with fewer negatives than asked, or None."""
+    short = int(stats.get(SHORT) or 0)
+    if not short:
+        return None
+    return (
+        f"{short:,} test user(s) got fewer than candidates.n_negatives="
+        f"{stats.get('candidates.n_negatives')} sampled negatives: the items they have not seen "
+        f"carry too little of the {stats.get('candidates.sampling')} sampling weight to be drawn "
+        f"in {MAX_ROUNDS} rounds; their metrics rank among fewer candidates "
+        "(candidates.sampling=uniform avoids it)"
+    )
 
 
 def _cached_sample(spec: CandidateSpec, split: Split, cache_dir: Path | None) -> pd.DataFrame:
@@ -280,7 +304,7 @@ def _cached_sample(spec: CandidateSpec, split: Split, cache_dir: Path | None) ->
             "n": spec.n_negatives,
             "sampling": spec.sampling,
             "seed": spec.seed,
-            "sampler": 2,  # counter-based draws (harness.candidates.draw_positions)
+            "sampler": 3,  # counter-based draws (draw_positions); the short users counted
         },
         sort_keys=True,
     )

@@ -35,7 +35,7 @@ from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBas
 import metrics
 from harness import folders
 from harness import progress as stage_log
-from harness.candidates import SAMPLED_WARNING, CandidateSpec, build_candidates
+from harness.candidates import SAMPLED_WARNING, CandidateSpec, build_candidates, short_warning
 from harness.compare import (
     CompareSpec,
     PairComparison,
@@ -68,11 +68,18 @@ from harness.gate import (
     worst,
 )
 from harness.models import Recommender, check_options, model_class, without_search_space
-from harness.promote import check_promotion, promote_run, registry_notes
+from harness.promote import (
+    PROMOTION_FILE,
+    apply_promotion,
+    check_promotion,
+    promotion_requests,
+    registry_notes,
+)
 from harness.record import failed_job_row, job_row, plan, replay, save_plan, sweep_jobs
 from harness.report import ReportContext, write_report
 from harness.resume import (
     check_folder,
+    drop_moved_aliases,
     finished,
     record_input_files,
     record_resumption,
@@ -189,11 +196,12 @@ def format_summary(result: ExperimentResult) -> str:
 def evaluation_notes(result: ExperimentResult) -> list[str]:
     """What every model's metrics share and the table does not show: test users without a
     relevant item (``metrics.relevance=rating`` below the threshold), left out of the means
-    under ``empty_users=skip`` or scored 0 / 1 otherwise."""
+    under ``empty_users=skip`` or scored 0 / 1 otherwise; sampled users short of negatives."""
+    short = short_warning(getattr(result, "candidates", None) or {})
     counts = next((o.evaluation.counts for o in result.outcomes.values() if o.evaluation), {})
     without, users = int(counts.get("users_without_relevant", 0)), int(counts.get("users", 0))
     if not without:
-        return []
+        return [short] if short else []
     suite = result.suite
     why = (
         f"none of their test ratings reaches metrics.relevance_threshold="
@@ -209,7 +217,8 @@ def evaluation_notes(result: ExperimentResult) -> list[str]:
     }[empty]
     return [
         f"{without:,} of {users:,} test users have no relevant test item ({why}): {treated} "
-        f"(metrics.options.empty_users={empty})"
+        f"(metrics.options.empty_users={empty})",
+        *([short] if short else []),
     ]
 
 
@@ -535,6 +544,8 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
     if resume_spec:  # the interrupted run's folder and the models it finished
         taken = resume(resume_spec, runs_dir, str(cfg.name), key, _plain(cfg))
         folder, reused = taken.folder, taken.reused
+        for line in drop_moved_aliases(folder, reused, models):  # an alias moved since
+            print(f"note: {line}")
         stages.say(
             f"… resuming {folder}: {len(reused)} finished model(s) reused"
             + (f" ({', '.join(reused)})" if reused else "")
@@ -554,6 +565,8 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
             candidates, cand_stats = build_candidates_spark(cand_spec, spark_split)
     if cand_spec.kind == "sampled":
         print(f"WARNING: {SAMPLED_WARNING}", file=sys.stderr)
+        if short_warning(cand_stats):
+            print(f"WARNING: {short_warning(cand_stats)}", file=sys.stderr)
     checkpoint("models", folder)
     stages.say(f"… {len(models)} model(s): fit, rank, metrics")
     with engine_of(cfg) as evaluate:
@@ -641,6 +654,18 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         sizing=sizing,
     )
     save_plan(the_plan, folder)
+    promotion = promotion_requests(  # gate.promote, applied once the run is logged
+        gspec.promote,
+        result,
+        pairs,
+        decisions,
+        experiment=str(cfg.name),
+        headline=(gspec.primary.metric if gspec.primary else None),
+        confidence=cspec.confidence,
+    )
+    (folder / PROMOTION_FILE).unlink(missing_ok=True)  # a resumed folder's earlier one
+    if promotion is not None:
+        (folder / PROMOTION_FILE).write_text(json.dumps(promotion, indent=1))
     (folder / "stages.json").write_text(json.dumps(stages.as_json(), indent=1))
     mark_complete(folder)
     split = result.split = split.released()  # logging reads the plan and the folder
@@ -672,9 +697,10 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
             if cfg.get("debug"):
                 raise
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            waits = f" (and apply gate.promote={gspec.promote})" if promotion else ""
             print(
                 f"error: MLflow logging to {cfg.tracking.uri} failed ({type(err).__name__}: "
-                f"{first}); results are kept in {folder}; log them later with: "
+                f"{first}); results are kept in {folder}; log them later{waits} with: "
                 f"python -m harness.log {folder}",
                 file=sys.stderr,
             )
@@ -691,20 +717,8 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         base = "http://127.0.0.1:5000" if uri_is_local else str(cfg.tracking.uri).rstrip("/")
         if base.startswith("http"):
             print(f"  runs: {tracker.runs_link(base)}")
-        code = max(  # gate.promote: move a registry alias on GO, record the decision
-            code,
-            promote_run(
-                gspec.promote,
-                str(cfg.tracking.uri),
-                ids["parent"],
-                result,
-                pairs,
-                decisions,
-                experiment=str(cfg.name),
-                headline=(gspec.primary.metric if gspec.primary else None),
-                confidence=cspec.confidence,
-            ),
-        )
+        # gate.promote: move a registry alias on GO, record the decision on the version
+        code = max(code, apply_promotion(promotion, str(cfg.tracking.uri), ids["parent"]))
     else:
         print(f"\n{stages.table()}")
         sweep_jobs.append(_job_row(cfg, folder, result, gspec, cspec, overall, None))

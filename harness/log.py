@@ -5,8 +5,11 @@ For a run whose tracking failed (server down, interrupted while logging) or ran 
 per-model files), so nothing is recomputed. Idempotent: runs logged from a folder carry its id
 (tag ``harness.folder_id``); a second call finds them and adds only what is missing.
 
+A run with ``gate.promote`` is promoted once it is logged (the folder's ``promotion.json``), unless
+its parent run says that was done.
+
 Exit codes: 0 logged (or already complete), 2 the folder is not a complete results folder,
-3 MLflow logging failed, 130/143 interrupted.
+3 MLflow logging or the registry promotion failed, 130/143 interrupted.
 """
 
 from __future__ import annotations
@@ -133,7 +136,26 @@ def main(argv: list[str] | None = None) -> int:
     else:
         what = "logged"
     print(f"{args.folder}: {what}: {uri} experiment {experiment!r}, parent run {ids['parent']}")
-    return 0
+    return _promote(args.folder, str(uri), ids["parent"], tracker)
+
+
+def _promote(folder: Path, uri: str, parent: str, tracker: Any) -> int:
+    """Apply the run's ``gate.promote`` (saved in the folder) unless the parent run says it was
+    applied: a run whose logging failed is promoted once it is logged, and only once."""
+    from harness.promote import DONE_TAG, PROMOTION_FILE, apply_promotion
+
+    path = folder / PROMOTION_FILE
+    if not path.is_file():
+        return 0
+    try:
+        done = tracker.client.get_run(parent).data.tags.get(DONE_TAG)
+    except Exception as err:
+        print(f"error: registry promotion at {uri} failed ({type(err).__name__})", file=sys.stderr)
+        return 3
+    if done is not None:
+        print(f"promotion: already applied ({done})")
+        return 0
+    return apply_promotion(json.loads(path.read_text()), uri, parent)
 
 
 if __name__ == "__main__":

@@ -19,20 +19,24 @@ The registry is the tracking store's (the default of ``model=mlflow``).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "DONE_TAG",
     "EVAL_TAG",
     "LATEST_TAG",
+    "PROMOTION_FILE",
     "Promotion",
+    "apply_promotion",
     "check_alias",
     "check_promotion",
     "evaluation_record",
@@ -40,6 +44,7 @@ __all__ = [
     "mean_ci",
     "plan_promotions",
     "promote_run",
+    "promotion_requests",
     "registry_notes",
 ]
 
@@ -47,6 +52,10 @@ __all__ = [
 EVAL_TAG = "harness.eval."
 #: Tag key prefix of the latest evaluation's summary tags.
 LATEST_TAG = "harness.latest."
+#: In the results folder: what ``gate.promote`` is to do once the run is logged.
+PROMOTION_FILE = "promotion.json"
+#: Tag on the parent run, written last: the promotion was applied.
+DONE_TAG = "registry.promotion"
 EXIT_REGISTRY_FAILED = 3
 _MAX_REASON = 300  # characters of a rule's reason kept in the registry record
 
@@ -426,6 +435,143 @@ def registry_notes(result: Any, decisions: Mapping[str, Any], alias: str | None)
     return notes
 
 
+def promotion_requests(
+    alias: str | None,
+    result: Any,
+    pairs: Sequence[Any],
+    decisions: Mapping[str, Any],
+    *,
+    experiment: str,
+    headline: str | None = None,
+    confidence: float = 0.95,
+) -> dict[str, Any] | None:
+    """What ``gate.promote`` is to do, as JSON (saved in the results folder, so a run whose
+    logging failed is promoted by ``python -m harness.log`` later): per registered candidate its
+    plan, the baseline version it was compared with and its evaluation record (the run id and
+    date are filled in when it is applied). None when ``gate.promote`` is off."""
+    if not alias:
+        return None
+    registered = _registered(result)
+    plans = plan_promotions(decisions, registered, alias)
+    nothing = None
+    if not plans:
+        nothing = (
+            "no gate decision was taken"
+            if not decisions
+            else "no gated candidate is a registered model version (model=mlflow with "
+            "model.mlflow.uri=models:/NAME/VERSION)"
+        )
+    by_candidate = {p.candidate: p for p in pairs}
+    requests = []
+    for plan in plans:
+        pair = by_candidate[plan.candidate]
+        base = result.outcomes.get(pair.baseline)
+        base_info = (base.info or {}) if base is not None else {}
+        base_uri = (
+            f"models:/{base_info['info.name']}/{base_info['info.version']}"
+            if base_info.get("info.name") is not None
+            else None
+        )
+        record = evaluation_record(
+            pair,
+            decisions[plan.candidate],
+            run_id="",
+            experiment=experiment,
+            headline=headline or pair.gsb_metric,
+            confidence=confidence,
+            baseline_uri=base_uri,
+            alias=alias,
+            plan=plan,
+            date="",
+        )
+        requests.append(
+            {
+                "plan": asdict(plan),
+                "compared": str(base_info.get("info.version")),
+                "baseline": pair.baseline,
+                "record": record,
+            }
+        )
+    return {"alias": alias, "nothing": nothing, "requests": requests}
+
+
+def apply_promotion(spec: Mapping[str, Any] | None, tracking_uri: str, parent_run: str) -> int:
+    """Act on :func:`promotion_requests` once the run is logged: print one line per registered
+    candidate, return 0, or 3 when the registry could not be updated (one line on stderr).
+
+    Per candidate the evaluation record is written first, then the alias moves, then the
+    ``harness.latest.*`` tags and the description; the parent run's ``registry.promotion`` tag
+    comes last and marks the promotion complete. Applying again (``python -m harness.log``
+    after a failure) is safe: an alias already on the candidate's version stays there."""
+    if not spec:
+        return 0
+    alias = str(spec["alias"])
+    if spec.get("nothing"):
+        print(f"promotion: gate.promote={alias}: {spec['nothing']}; nothing promoted")
+        return 0
+    date = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    try:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+        done: list[str] = []
+        for request in spec["requests"]:
+            plan = Promotion(**request["plan"])
+            before = alias_version(client, plan.name, alias)
+            compared = request["compared"]
+            if plan.action == "promote" and before not in (compared, plan.version):
+                plan = replace(  # the alias moved meanwhile, to another version than this one
+                    plan,
+                    action="refuse",
+                    reason=f"GO against {request['baseline']} (version {compared}), but @{alias} "
+                    f"is version {before} now: evaluate against models:/{plan.name}@{alias} again",
+                )
+            if plan.action == "promote":
+                moved = f"moved here (was version {before})" if before else "set here"
+                if before == plan.version:
+                    moved = "already here"
+            else:
+                moved = f"not moved (stays on version {before}): {plan.reason}"
+            record = {
+                **request["record"],
+                "run": parent_run,
+                "date": date,
+                "action": "promoted" if plan.action == "promote" else "refused",
+                "reason": plan.reason[: 4 * _MAX_REASON],
+            }
+            version_tag = functools.partial(client.set_model_version_tag, plan.name, plan.version)
+            version_tag(f"{EVAL_TAG}{parent_run}", json.dumps(record, ensure_ascii=False))
+            if plan.action == "promote":
+                client.set_registered_model_alias(plan.name, alias, plan.version)
+            tags = {
+                f"{LATEST_TAG}decision": plan.decision,
+                f"{LATEST_TAG}run": parent_run,
+                f"{LATEST_TAG}date": date,
+                f"{LATEST_TAG}baseline": str(record["baseline_uri"] or record["baseline"]),
+                f"{LATEST_TAG}headline": headline_text(record),
+                f"{LATEST_TAG}promotion": f"@{alias}: {moved}"[:5000],
+            }
+            for key, value in tags.items():
+                version_tag(key, value)
+            client.update_model_version(
+                plan.name, plan.version, description=_description(record, moved)[:5000]
+            )  # the registry's description column holds 5,000 characters
+            done.append(
+                f"models:/{plan.name}/{plan.version} @{alias}: "
+                + ("promoted" if plan.action == "promote" else f"refused ({plan.decision})")
+            )
+            print(format_promotion(plan, alias, before))
+        client.set_tag(parent_run, DONE_TAG, "; ".join(done)[:5000])
+    except Exception as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(
+            f"error: registry promotion at {tracking_uri} failed ({type(err).__name__}: {message})",
+            file=sys.stderr,
+        )
+        return EXIT_REGISTRY_FAILED
+    return 0
+
+
 def promote_run(
     alias: str | None,
     tracking_uri: str,
@@ -438,94 +584,17 @@ def promote_run(
     headline: str | None = None,
     confidence: float = 0.95,
 ) -> int:
-    """Apply ``gate.promote`` after a run was logged: print one line per registered candidate,
-    return 0, or 3 when the registry could not be updated (one line on stderr)."""
-    if not alias:
-        return 0
-    registered = _registered(result)
-    plans = plan_promotions(decisions, registered, alias)
-    if not plans:
-        why = (
-            "no gate decision was taken"
-            if not decisions
-            else "no gated candidate is a registered model version (model=mlflow with "
-            "model.mlflow.uri=models:/NAME/VERSION)"
-        )
-        print(f"promotion: gate.promote={alias}: {why}; nothing promoted")
-        return 0
-    by_candidate = {p.candidate: p for p in pairs}
-    date = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    try:
-        from mlflow import MlflowClient
-
-        client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-        done: list[str] = []
-        for plan in plans:
-            before = alias_version(client, plan.name, alias)
-            pair = by_candidate[plan.candidate]
-            base = result.outcomes.get(pair.baseline)
-            base_info = (base.info or {}) if base is not None else {}
-            compared = str(base_info.get("info.version"))
-            if plan.action == "promote" and compared != before:  # the alias moved meanwhile
-                plan = replace(
-                    plan,
-                    action="refuse",
-                    reason=f"GO against {pair.baseline} (version {compared}), but @{alias} is "
-                    f"version {before} now: evaluate against models:/{plan.name}@{alias} again",
-                )
-            if plan.action == "promote":
-                client.set_registered_model_alias(plan.name, alias, plan.version)
-            base_uri = (
-                f"models:/{base_info['info.name']}/{base_info['info.version']}"
-                if base_info.get("info.name") is not None
-                else None
-            )
-            record = evaluation_record(
-                pair,
-                decisions[plan.candidate],
-                run_id=parent_run,
-                experiment=experiment,
-                headline=headline or pair.gsb_metric,
-                confidence=confidence,
-                baseline_uri=base_uri,
-                alias=alias,
-                plan=plan,
-                date=date,
-            )
-            if plan.action == "promote":
-                moved = f"moved here (was version {before})" if before else "set here"
-                if before == plan.version:
-                    moved = "already here"
-            else:
-                moved = f"not moved (stays on version {before}): {plan.reason}"
-            tags = {
-                f"{EVAL_TAG}{parent_run}": json.dumps(record, ensure_ascii=False),
-                f"{LATEST_TAG}decision": plan.decision,
-                f"{LATEST_TAG}run": parent_run,
-                f"{LATEST_TAG}date": date,
-                f"{LATEST_TAG}baseline": str(record["baseline_uri"] or pair.baseline),
-                f"{LATEST_TAG}headline": headline_text(record),
-                f"{LATEST_TAG}promotion": f"@{alias}: {moved}"[:5000],
-            }
-            for key, value in tags.items():
-                client.set_model_version_tag(plan.name, plan.version, key, value)
-            client.update_model_version(
-                plan.name, plan.version, description=_description(record, moved)[:5000]
-            )  # the registry's description column holds 5,000 characters
-            done.append(
-                f"models:/{plan.name}/{plan.version} @{alias}: "
-                + ("promoted" if plan.action == "promote" else f"refused ({plan.decision})")
-            )
-            print(format_promotion(plan, alias, before))
-        client.set_tag(parent_run, "registry.promotion", "; ".join(done)[:5000])
-    except Exception as err:
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(
-            f"error: registry promotion at {tracking_uri} failed ({type(err).__name__}: {message})",
-            file=sys.stderr,
-        )
-        return EXIT_REGISTRY_FAILED
-    return 0
+    """:func:`promotion_requests` then :func:`apply_promotion`, for a run just logged."""
+    spec = promotion_requests(
+        alias,
+        result,
+        pairs,
+        decisions,
+        experiment=experiment,
+        headline=headline,
+        confidence=confidence,
+    )
+    return apply_promotion(spec, tracking_uri, parent_run)
 
 
 if __name__ == "__main__":  # not a command: say what is

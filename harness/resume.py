@@ -37,6 +37,7 @@ from harness.folders import (
 __all__ = [
     "Resumed",
     "check_folder",
+    "drop_moved_aliases",
     "failed",
     "finished",
     "record_input_files",
@@ -258,6 +259,39 @@ def resume(spec: str, runs_dir: Path, name: str, key: str, config: Mapping[str, 
         elif (folder / str(model)).is_dir():  # unfinished, failed or changed: run again
             shutil.rmtree(folder / str(model))
     return Resumed(folder, reused)
+
+
+def drop_moved_aliases(
+    folder: Path, reused: dict[str, ModelOutcome], models: Mapping[str, Any]
+) -> list[str]:
+    """Registry models named by an alias (``models:/reco@champion``) whose alias points to
+    another version than the reused results were computed with: dropped from ``reused`` (their
+    files too), so they run again; one note each. A registry that cannot be read says nothing
+    either way: the model runs again (its load reports the registry's error)."""
+    from mlflow import MlflowClient
+
+    from harness.models.mlflow_model import MLflowModel
+
+    notes = []
+    for name in list(reused):
+        model = models.get(name)
+        if not isinstance(model, MLflowModel) or "@" not in model.uri:
+            continue
+        was = (reused[name].info or {}).get("info.version")
+        registry = model.registry_uri or model.tracking_uri
+        try:
+            client = MlflowClient(tracking_uri=model.tracking_uri, registry_uri=registry)
+            now = str(model.model_version(client).version)
+        except Exception:
+            now = "unknown (the registry cannot be read)"
+        if now != str(was):
+            del reused[name]
+            shutil.rmtree(folder / name, ignore_errors=True)
+            notes.append(
+                f"resume: {model.uri} is version {now} now, not {was} as in the reused results: "
+                f"{name} runs again"
+            )
+    return notes
 
 
 def _new_id(folder: Path) -> None:

@@ -41,6 +41,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, cast
 
@@ -86,8 +87,8 @@ __all__ = [
 ]
 
 UNSEEN_POLICIES: tuple[str, ...] = ("drop", "keep")
-_CACHE_VERSION = 4  # 2: random splits by a counter-based hash; 3: order-free data hash;
-# 4: test and validation pairs already in training counted
+_CACHE_VERSION = 5  # 2: random splits by a counter-based hash; 3: order-free data hash;
+# 4: test and validation pairs already in training counted; 5: ratios round half up exactly
 # methods whose ties (equal user, timestamp, item) go by input row: their key keeps that order
 _INPUT_ORDER_METHODS = frozenset({"leave_one_out", "user_time"})
 
@@ -172,15 +173,17 @@ def leave_one_out(df: pd.DataFrame, *, valid: bool = False, min_history: int = 2
 def user_time(df: pd.DataFrame, *, test_ratio: float = 0.2, valid_ratio: float = 0.0) -> Split:
     """Per-user chronological split: each user's latest ``round(n * test_ratio)`` events are test.
 
-    Counts round half up and every user keeps at least one training event; with ``valid_ratio``
-    the events just before a user's test events are validation. Ties as in ``leave_one_out``.
+    Counts round half up (exactly: :func:`round_share`) and every user keeps at least one
+    training event; with ``valid_ratio`` the events just before a user's test events are
+    validation. Ties as in ``leave_one_out``.
     """
     _check_frame(df)
     _check_ratios(test_ratio, valid_ratio)
     order, starts, counts = _user_groups(df)
     n = len(df)
-    n_test = np.minimum(counts - 1, np.floor(counts * test_ratio + 0.5).astype(np.int64))
-    n_valid = np.minimum(counts - 1 - n_test, np.floor(counts * valid_ratio + 0.5).astype(np.int64))
+    counts = counts.astype(np.int64)
+    n_test = np.minimum(counts - 1, round_share(counts, test_ratio))
+    n_valid = np.minimum(counts - 1 - n_test, round_share(counts, valid_ratio))
     group = np.repeat(np.arange(starts.size), counts)
     from_end = (starts + counts - 1)[group] - np.arange(n)
     is_test = np.zeros(n, dtype=bool)
@@ -206,8 +209,7 @@ def random_split(
     _check_ratios(test_ratio, valid_ratio)
     n = len(df)
     perm = random_order(df, seed)
-    n_test = int(np.floor(n * test_ratio + 0.5))
-    n_valid = int(np.floor(n * valid_ratio + 0.5))
+    n_test, n_valid = round_share(n, test_ratio), round_share(n, valid_ratio)
     is_test = np.zeros(n, dtype=bool)
     is_test[perm[:n_test]] = True
     is_valid = None
@@ -732,6 +734,21 @@ def _check_frame(df: pd.DataFrame) -> None:
             f"column 'timestamp' must hold epoch seconds, int64 or float64 (got dtype "
             f"{df[TIMESTAMP].dtype}); {HINT}"
         )
+
+
+def ratio_parts(ratio: float) -> tuple[int, int]:
+    """``ratio`` as the fraction p/q nearest to it with q at most 10⁶ (exact for a decimal of
+    up to 6 places: 0.35 is 7/20, where float64 holds 0.34999…), so counts round half up in
+    integer arithmetic, as written: 0.35 × 90 = 31.5 gives 32 test events, not 31."""
+    frac = Fraction(float(ratio)).limit_denominator(10**6)
+    return frac.numerator, frac.denominator
+
+
+def round_share(n: Any, ratio: float) -> Any:
+    """``round(n * ratio)`` with halves up, exactly (see :func:`ratio_parts`); ``n`` an int or an
+    int64 array."""
+    p, q = ratio_parts(ratio)
+    return (2 * n * p + q) // (2 * q)
 
 
 def _check_ratios(test_ratio: float, valid_ratio: float) -> None:

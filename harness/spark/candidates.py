@@ -43,10 +43,11 @@ def _one(df: DataFrame) -> Any:
 
 def sample_negatives_spark(
     train: DataFrame, test: DataFrame, n_negatives: int, sampling: str, seed: int
-) -> DataFrame:
+) -> tuple[DataFrame, int]:
     """:func:`harness.candidates.sample_negatives` on Spark: ``(user, item)`` rows, each test
     user's test items plus up to ``n_negatives`` distinct items of the training catalog the user
-    has neither trained nor tested on, uniform or by popularity, frozen by ``seed``.
+    has neither trained nor tested on, uniform or by popularity, frozen by ``seed``; and the
+    number of users still short after the last round (``candidates.users_short``).
 
     A few jobs per round of draws (usually one or two rounds); the result is a lazy DataFrame
     over locally checkpointed draws.
@@ -162,6 +163,7 @@ def sample_negatives_spark(
             .drop("_now")
             .localCheckpoint()
         )
+    n_short = state.filter(is_short).count()  # still short after MAX_ROUNDS
     everything = (
         state.filter((tgt > 0) & sf.col("_all"))
         .select("user")
@@ -174,7 +176,7 @@ def sample_negatives_spark(
         .join(cat_df, "_pos")
         .select("user", "item")
     )
-    return test.select("user", "item").distinct().unionByName(negatives)
+    return test.select("user", "item").distinct().unionByName(negatives), n_short
 
 
 # ------------------------------------------------------------------------------ the candidates
@@ -196,14 +198,14 @@ def build_candidates_spark(
     if spec.kind == "file":
         if not spec.path:
             raise DataError("candidates=file needs candidates.path=<csv or parquet of user,item>")
-        frame = read_candidates_spark(sp.train.sparkSession, spec.path, sp.train, sp.test)
+        frame, short = read_candidates_spark(sp.train.sparkSession, spec.path, sp.train, sp.test), 0
     else:
-        frame = sample_negatives_spark(
+        frame, short = sample_negatives_spark(
             sp.train, sp.test, spec.n_negatives, spec.sampling, spec.seed
         )
     frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
     row = _one(frame.agg(sf.count(sf.lit(1)).alias("n"), sf.countDistinct("user").alias("u")))
-    return frame, candidate_stats(spec, int(row["n"]), int(row["u"]))
+    return frame, candidate_stats(spec, int(row["n"]), int(row["u"]), short)
 
 
 def read_candidates_spark(

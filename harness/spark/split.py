@@ -15,7 +15,7 @@ from harness.split import HINT
 from metrics.checks import require_columns, require_int
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,12 +197,12 @@ def user_time_spark(df: DataFrame, test_ratio: float = 0.2, valid_ratio: float =
     """:func:`harness.split.user_time` on Spark: each user's latest ``round(n * test_ratio)``
     events are test (at least one training event kept), validation just before them.
 
-    Ties as in :func:`leave_one_out_spark`; the counts use the same float64 arithmetic.
+    Ties as in :func:`leave_one_out_spark`; the counts round half up in the same integer arithmetic.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as sf
 
-    from harness.split import _check_ratios
+    from harness.split import _check_ratios, ratio_parts
 
     _check_interactions(df)
     _check_ratios(test_ratio, valid_ratio)
@@ -211,8 +211,13 @@ def user_time_spark(df: DataFrame, test_ratio: float = 0.2, valid_ratio: float =
         sf.col("timestamp").desc(), sf.col("item").desc(), sf.col("_ut_row").desc()
     )
     n = sf.col("_ut_n")
-    n_test = sf.least(n - 1, sf.floor(n * sf.lit(float(test_ratio)) + sf.lit(0.5)))
-    n_valid = sf.least(n - 1 - n_test, sf.floor(n * sf.lit(float(valid_ratio)) + sf.lit(0.5)))
+
+    def share(ratio: float) -> Column:  # harness.split.round_share, in long integers
+        p, q = ratio_parts(ratio)
+        return sf.expr(f"(2 * _ut_n * {p} + {q}) div {2 * q}")
+
+    n_test = sf.least(n - 1, share(test_ratio))
+    n_valid = sf.least(n - 1 - n_test, share(valid_ratio))
     marked = _kept(
         df.withColumn("_ut_row", sf.monotonically_increasing_id())
         .withColumn("_ut_from_end", sf.row_number().over(latest) - 1)
@@ -305,15 +310,14 @@ def random_split_spark(
     interchangeable: which copy lands in test may differ from the numpy split only in columns
     other than ``user, item, timestamp, rating``.
     """
-    from harness.split import _check_ratios
+    from harness.split import _check_ratios, round_share
 
     _check_interactions(df)
     _check_ratios(test_ratio, valid_ratio)
     cols = df.columns
     keyed = _kept(_random_keys(df, seed))
     n = keyed.count()
-    n_test = int(np.floor(n * test_ratio + 0.5))
-    n_valid = int(np.floor(n * valid_ratio + 0.5))
+    n_test, n_valid = round_share(n, test_ratio), round_share(n, valid_ratio)
     in_test = _before(_key_at(keyed, n_test, n))
     test = keyed.filter(in_test).select(*cols)
     valid = None

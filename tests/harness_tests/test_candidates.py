@@ -181,3 +181,40 @@ def test_sampled_candidates_with_text_ids_score_as_integer_ids(tmp_path: Path) -
             want.outcomes[name].recommendations.reset_index(drop=True),
             check_dtype=False,
         )
+
+
+def test_users_left_short_of_negatives_are_counted_and_said() -> None:
+    """Under popularity sampling a user who has seen the ten items holding all but 2.5e-5 of the
+    training events almost never draws one of the five others, so after the last round they
+    get fewer than the 3 negatives asked; the sample counts such users (checked against a
+    naive count from the rows), the stats carry it and the warning says it."""
+    from harness.candidates import SHORT, candidate_stats, short_warning
+
+    heavy = pd.DataFrame(
+        {"user": np.repeat(np.arange(1000, 1010), 20_000), "item": np.repeat(np.arange(10), 20_000)}
+    )
+    light = pd.DataFrame({"user": 2000, "item": np.arange(10, 15)})
+    seen = pd.DataFrame({"user": np.repeat([0, 1], 10), "item": np.tile(np.arange(10), 2)})
+    normal = pd.DataFrame({"user": np.arange(2, 12), "item": 0})
+    train = pd.concat([heavy, light, seen, normal], ignore_index=True)
+    test = pd.DataFrame({"user": np.arange(12), "item": 10})
+    cand = sample_negatives(train, test, 3, "popularity", seed=0)
+
+    known = pd.concat([train, test]).drop_duplicates()
+    short = 0
+    for user, rows in cand.groupby("user"):
+        unseen = 15 - known.loc[known["user"] == user, "item"].nunique()
+        negatives = len(rows) - int((test["user"] == user).sum())
+        short += negatives < min(3, unseen)
+    assert short >= 1  # the two heavy-seen users (the others draw freely)
+    assert cand.attrs[SHORT] == short
+    stats = candidate_stats(CandidateSpec("sampled", 3, "popularity"), len(cand), 12, short)
+    assert stats[SHORT] == short
+    assert short_warning(stats) == (
+        f"{short} test user(s) got fewer than candidates.n_negatives=3 sampled negatives: the "
+        "items they have not seen carry too little of the popularity sampling weight to be "
+        "drawn in 50 rounds; their metrics rank among fewer candidates "
+        "(candidates.sampling=uniform avoids it)"
+    )
+    assert short_warning(candidate_stats(CandidateSpec("sampled", 3), 1, 1)) is None
+    assert sample_negatives(train, test, 3, "uniform", seed=0).attrs[SHORT] == 0

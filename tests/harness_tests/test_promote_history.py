@@ -500,3 +500,78 @@ def test_a_go_against_a_version_the_alias_has_left_is_refused(
         "promotion: models:/reco@champion -> version 3 (was version 1): GO against base"
     )
     assert client.get_model_version_by_alias("reco", "champion").version == 3
+
+
+def test_a_run_whose_logging_failed_is_promoted_when_harness_log_logs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A GO whose MLflow logging failed keeps its promotion in the results folder
+    (``promotion.json``); ``python -m harness.log`` logs the run, then moves the alias and writes
+    the record onto the version, once: a second call finds the parent's tag and does nothing.
+    Applying the same promotion again (a retry after a registry failure) leaves the alias where
+    the first one put it instead of refusing because it moved. A real run (tracking off, as a
+    run whose logging failed leaves it) and a real sqlite registry."""
+    from types import SimpleNamespace
+
+    from mlflow import MlflowClient
+
+    from harness.compare import CompareSpec, compare_pair
+    from harness.promote import DONE_TAG, PROMOTION_FILE, apply_promotion, promotion_requests
+
+    work = tmp_path / "work"
+    work.mkdir()
+    done = CLI.run(work, "experiment=quick", "progress=false", "compare=none", "tracking=none")
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = work / re.search(r"^results: (.+)$", done.stdout, re.MULTILINE).group(1).strip()
+
+    uri = f"sqlite:///{tmp_path / 'r.db'}"
+    client = MlflowClient(uri)
+    client.create_registered_model("reco")
+    for _ in range(3):
+        client.create_model_version("reco", source=str(tmp_path))
+    client.set_registered_model_alias("reco", "champion", "1")
+    rng = np.random.default_rng(0)
+    users = pd.Index(np.arange(300), name="user")
+    base = pd.DataFrame({"ndcg@10": rng.uniform(0, 0.5, 300)}, index=users)
+    pair = compare_pair(
+        "base", "cand", (base, base + 0.1), ["ndcg@10"], CompareSpec(n_resamples=200)
+    )
+    result = SimpleNamespace(
+        outcomes={
+            "base": SimpleNamespace(info={"info.name": "reco", "info.version": 1}),
+            "cand": SimpleNamespace(info={"info.name": "reco", "info.version": 3}),
+        }
+    )
+    spec = promotion_requests(
+        "champion", result, [pair], {"cand": _decision("cand", "GO")}, experiment="quick"
+    )
+    (folder / PROMOTION_FILE).write_text(json.dumps(spec))
+
+    logged = CLI.run(work, str(folder), "--uri", uri, module="harness.log", timeout=300)
+    assert logged.returncode == 0, logged.stderr[-3000:]
+    parent = _parent(logged.stdout)
+    assert (
+        "promotion: models:/reco@champion -> version 3 (was version 1): GO against base"
+        in logged.stdout.splitlines()
+    )
+    assert client.get_model_version_by_alias("reco", "champion").version == 3
+    record = json.loads(client.get_model_version("reco", "3").tags[f"harness.eval.{parent}"])
+    assert record["run"] == parent and record["action"] == "promoted" and record["date"]
+    assert record["metrics"]["ndcg@10"]["lift"] == pytest.approx(
+        0.1 / base["ndcg@10"].mean(), rel=1e-12
+    )
+    assert client.get_run(parent).data.tags[DONE_TAG] == "models:/reco/3 @champion: promoted"
+
+    again = CLI.run(work, str(folder), "--uri", uri, module="harness.log", timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already logged" in again.stdout
+    assert "promotion: already applied (models:/reco/3 @champion: promoted)" in again.stdout
+
+    assert apply_promotion(json.loads((folder / PROMOTION_FILE).read_text()), uri, parent) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "promotion: models:/reco@champion -> version 3 (it already was): GO against base"
+    )
+    assert client.get_model_version_by_alias("reco", "champion").version == 3
+    assert client.get_model_version("reco", "3").tags["harness.latest.promotion"] == (
+        "@champion: already here"
+    )

@@ -332,3 +332,48 @@ def test_a_side_file_rewritten_since_the_run_refuses_the_resume(tmp_path: Path) 
         f"error: resume: {folder} read dataset.item_features={str(items)!r} before that file "
         "changed"
     )
+
+
+def test_a_registry_alias_that_moved_since_the_run_reruns_its_model(tmp_path: Path) -> None:
+    """``models:/reco@champion`` is the same text in the config after the alias moved: its
+    reused results are another version's, so the model runs again (its files go); a model named
+    by version, or by an alias still on the same version, is reused (a real sqlite registry)."""
+    from types import SimpleNamespace
+
+    from mlflow import MlflowClient
+
+    from harness.models import MLflowModel
+    from harness.resume import drop_moved_aliases
+
+    uri = f"sqlite:///{tmp_path / 'r.db'}"
+    client = MlflowClient(uri)
+    client.create_registered_model("reco")
+    for _ in range(2):
+        client.create_model_version("reco", source=str(tmp_path))
+    client.set_registered_model_alias("reco", "champion", "1")
+    client.set_registered_model_alias("reco", "challenger", "2")
+    models = {
+        "champion": MLflowModel("models:/reco@champion", uri),
+        "challenger": MLflowModel("models:/reco@challenger", uri),
+        "pinned": MLflowModel("models:/reco/1", uri),
+        "popularity": object(),
+    }
+    versions = {"champion": 1, "challenger": 2, "pinned": 1, "popularity": None}
+    for name in models:
+        (tmp_path / name).mkdir()
+
+    def reused() -> dict[str, Any]:
+        return {n: SimpleNamespace(info={"info.version": v}) for n, v in versions.items()}
+
+    kept = reused()
+    assert drop_moved_aliases(tmp_path, kept, models) == [] and set(kept) == set(models)
+
+    client.set_registered_model_alias("reco", "champion", "2")  # promoted since the run
+    kept = reused()
+    notes = drop_moved_aliases(tmp_path, kept, models)
+    assert notes == [
+        "resume: models:/reco@champion is version 2 now, not 1 as in the reused results: "
+        "champion runs again"
+    ]
+    assert set(kept) == {"challenger", "pinned", "popularity"}
+    assert not (tmp_path / "champion").exists() and (tmp_path / "pinned").is_dir()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -255,18 +257,30 @@ def test_pairs_already_in_training_match_a_set_count(
 
 
 @settings(max_examples=100, deadline=None)
-@given(df=interactions(), ratio=st.sampled_from([0.2, 0.25, 0.5, 0.7]))
+@given(df=interactions(), ratio=st.sampled_from([0.2, 0.25, 0.35, 0.5, 0.7, 0.15]))
 def test_user_time_takes_each_users_latest_share(df: pd.DataFrame, ratio: float) -> None:
     split = user_time(df, test_ratio=ratio)
     for user, events in df.groupby("user"):
         n = len(events)
-        expected = min(n - 1, int(np.floor(n * ratio + 0.5)))
+        # the decimal ratio in exact arithmetic, halves up
+        expected = min(n - 1, math.floor(Fraction(str(ratio)) * n + Fraction(1, 2)))
         test = split.test[split.test["user"] == user]
         train = split.train[split.train["user"] == user]
         assert len(test) == expected
         assert len(train) == n - expected >= 1
         if expected:
             assert train["timestamp"].max() <= test["timestamp"].min()
+
+
+def test_ratio_counts_round_half_up_in_exact_arithmetic() -> None:
+    """0.35 × 90 is 31.5, which rounds up to 32; float64 makes it 31.499999999999996 (31)."""
+    assert math.floor(90 * 0.35 + 0.5) == 31  # the float rule this replaces
+    events = pd.DataFrame({"user": 1, "item": np.arange(90), "timestamp": np.arange(90)})
+    assert len(user_time(events, test_ratio=0.35).test) == 32
+    assert len(random_split(events, test_ratio=0.35, seed=0).test) == 32
+    valid = random_split(events, test_ratio=0.2, valid_ratio=0.35, seed=0).valid
+    assert valid is not None and len(valid) == 32
+    assert len(user_time(events, test_ratio=0.15).test) == 14  # 13.5 up
 
 
 def test_random_split_is_seeded_and_exact() -> None:

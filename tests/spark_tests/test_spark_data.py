@@ -62,8 +62,8 @@ def same_parts(got: Any, want: hsplit.Split, drop_row: bool = False) -> None:
 METHODS: list[tuple[str, dict[str, Any]]] = [
     ("global_time", {"cut": 0.8, "valid_cut": 0.7}),
     ("leave_one_out", {"valid": True, "min_history": 3}),
-    ("user_time", {"test_ratio": 0.25, "valid_ratio": 0.1}),
-    ("random", {"test_ratio": 0.2, "seed": 5, "valid_ratio": 0.1}),
+    ("user_time", {"test_ratio": 0.35, "valid_ratio": 0.15}),  # halves up, exactly
+    ("random", {"test_ratio": 0.35, "seed": 5, "valid_ratio": 0.1}),
 ]
 FILTERS: list[dict[str, Any]] = [
     {},
@@ -189,6 +189,10 @@ def test_make_split_spark_fills_defaults_and_checks_params(spark: Any) -> None:
     got = make_split_spark(sdf, "user_time")
     same_parts(got, want)
     assert got.params == want.params and got.stats == want.stats
+    ninety = pd.DataFrame({"user": 1, "item": np.arange(90) % 3, "timestamp": np.arange(90.0)})
+    for method in ("user_time", "random"):  # 0.35 × 90 = 31.5: 32 (float64 says 31.4999…)
+        part = make_split_spark(spark.createDataFrame(ninety), method, test_ratio=0.35).test
+        assert part.count() == 32, method
     for method, bad, message in (
         ("user_time", {"ratio": 0.2}, "unknown parameter 'ratio' for split method 'user_time'"),
         ("user_time", {"unseen": "ignore"}, r"'split\.unseen'"),
@@ -251,9 +255,10 @@ def test_sampled_candidates_equal_the_in_process_ones(spark: Any, ids: str, samp
     want = sample_negatives(train, test, 20, sampling, seed=4)
     if ids == "str":
         train, test = (p.astype({"user": object, "item": object}) for p in (train, test))
-    got = sample_negatives_spark(
+    got, short = sample_negatives_spark(
         spark.createDataFrame(train), spark.createDataFrame(test), 20, sampling, 4
     )
+    assert short == want.attrs["candidates.users_short"] == 0
     pd.testing.assert_frame_equal(frame(got, drop_row=True), frame(want, drop_row=True))
     per_user = want.groupby("user").size()
     assert per_user.max() > per_user[power] > 0  # the power user got its few unseen items
