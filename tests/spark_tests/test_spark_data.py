@@ -62,7 +62,7 @@ def same_parts(got: Any, want: hsplit.Split, drop_row: bool = False) -> None:
 METHODS: list[tuple[str, dict[str, Any]]] = [
     ("global_time", {"cut": 0.8, "valid_cut": 0.7}),
     ("leave_one_out", {"valid": True, "min_history": 3}),
-    ("user_time", {"test_ratio": 0.35, "valid_ratio": 0.15}),  # halves up, exactly
+    ("user_time", {"test_ratio": 0.3, "valid_ratio": 0.15}),  # halves up, exactly
     ("random", {"test_ratio": 0.35, "seed": 5, "valid_ratio": 0.1}),
 ]
 FILTERS: list[dict[str, Any]] = [
