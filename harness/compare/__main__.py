@@ -741,7 +741,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         why=None if decision is not None else "the gate is off",
     )
     print(format_comparison(pair, summary, decisions, overall, verdict))
-    sizing, sized = _sizing(pair, cspec, headline, decision)
+    segment = gspec.primary.segment if gspec.primary else "all"
+    sizing, sized = _sizing(pair, cspec, headline, decision, segment)
     if not sizing.empty:
         print(format_sizing(sizing, cspec))
     out = Path(args.out) if args.out else _default_out(Path(args.runs_dir), pair)
@@ -844,12 +845,16 @@ def _default_out(runs_dir: Path, pair: PairComparison) -> Path:
 
 
 def _sizing(
-    pair: PairComparison, cspec: CompareSpec, metric: str, decision: GateDecision | None
+    pair: PairComparison,
+    cspec: CompareSpec,
+    metric: str,
+    decision: GateDecision | None,
+    segment: str = "all",
 ) -> tuple[pd.DataFrame, list[str]]:
     """The online A/B test sizing of the pair, as the main run gives it (its rows and report
     notes), from the comparison's own means and spreads (either engine)."""
     decisions = {pair.candidate: decision.decision} if decision is not None else None
-    frame = sizing_rows([pair], cspec, metric=metric, decisions=decisions)
+    frame = sizing_rows([pair], cspec, metric=metric, decisions=decisions, segment=segment)
     return frame, sizing_notes(frame, cspec)
 
 

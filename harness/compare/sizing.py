@@ -38,6 +38,7 @@ _COLUMNS = [
     "baseline",
     "decision",
     "metric",
+    "segment",
     "mean_a",
     "var_a",
     "var_b",
@@ -73,19 +74,21 @@ def sizing_rows(
     *,
     metric: str,
     decisions: Mapping[str, str] | None = None,
+    segment: str = "all",
 ) -> pd.DataFrame:
     """One row per pair worth an online test (GO or INCONCLUSIVE in ``decisions``; every pair
     when there is no gate): users per arm and days to detect the measured lift of ``metric`` and
     the low end of its CI (NaN: not detectable). The per-user means and spreads are the
     comparison's own (its ``mean_a``, ``sd_a``, ``sd_b`` over the paired users), so a pair
-    compared on Spark is sized as one compared in process.
+    compared on Spark is sized as one compared in process. ``segment``: the users sized (the
+    gate's primary rule's segment), whose traffic ``compare.daily_users`` then is.
     """
     rows: list[dict[str, Any]] = []
     for pair in pairs:
         decision = decisions.get(pair.candidate) if decisions is not None else None
         if decisions is not None and decision not in SIZED_DECISIONS:
             continue
-        row = pair.row(metric)
+        row = pair.row(metric, segment)
         if row is None or row.get("kind") != "per-user":
             continue  # not compared, or a whole-run metric: no per-user variance to size with
         sd_a, sd_b = float(row.get("sd_a", np.nan)), float(row.get("sd_b", np.nan))
@@ -109,6 +112,7 @@ def sizing_rows(
                 "baseline": pair.baseline,
                 "decision": decision,
                 "metric": metric,
+                "segment": segment,
                 "mean_a": mean_a,
                 "var_a": var_a,
                 "var_b": var_b,
@@ -131,11 +135,12 @@ def sizing_of(
     cspec: CompareSpec,
     gspec: Any,
 ) -> pd.DataFrame:
-    """:func:`sizing_rows` for one harness run's pairs: the gate's primary metric (else
-    ``compare.gsb_metric``), decisions from the gate when it is on; sanity baselines
-    (``gate.sanity``) are never launch candidates, so they get no sizing."""
+    """:func:`sizing_rows` for one harness run's pairs: the gate's primary metric on its segment
+    (else ``compare.gsb_metric`` on all users), decisions from the gate when it is on; sanity
+    baselines (``gate.sanity``) are never launch candidates, so they get no sizing."""
     primary = getattr(gspec, "primary", None) if getattr(gspec, "enabled", False) else None
     metric = str(primary.metric) if primary else cspec.gsb_metric
+    segment = str(primary.segment) if primary else "all"
     gated = (
         {c: getattr(d, "decision", d) for c, d in decisions.items()}
         if getattr(gspec, "enabled", False)
@@ -143,7 +148,7 @@ def sizing_of(
     )
     sanity = set(getattr(gspec, "sanity", ()) or ())
     launchable = [p for p in pairs if p.candidate not in sanity]
-    return sizing_rows(launchable, cspec, metric=metric, decisions=gated)
+    return sizing_rows(launchable, cspec, metric=metric, decisions=gated, segment=segment)
 
 
 def _count(users: float, days: float, daily: bool) -> str:
@@ -168,8 +173,13 @@ def _lines(frame: pd.DataFrame, spec: CompareSpec) -> list[str]:
             low = f"{r['diff_ci_low']:+.4g}"
         else:
             effect, low = f"lift {r['lift']:+.2%}", f"{r['lift_ci_low']:+.2%}"
+        where = ""
+        if r["segment"] != "all":  # the gate's primary rule is on a segment: its users only
+            days = "; compare.daily_users taken as its users per day" if daily else ""
+            where = f" on segment {r['segment']} (its users only{days})"
         out.append(
-            f"{who}: {r['metric']} {effect}: {_count(r['users_per_arm'], r['days'], daily)}; "
+            f"{who}: {r['metric']}{where} {effect}: "
+            f"{_count(r['users_per_arm'], r['days'], daily)}; "
             f"CI low end {low}: {_count(r['users_per_arm_ci_low'], r['days_ci_low'], daily)}"
         )
     return out

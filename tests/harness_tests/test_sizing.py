@@ -257,3 +257,31 @@ def test_a_sanity_baseline_gets_no_sizing_even_with_the_gate_off(tmp_path: Path)
     sized = [x.strip() for x in block.splitlines()[1:] if x.strip()]
     assert len(sized) == 1 and sized[0].startswith("item_knn vs popularity:"), block
     assert "random vs" not in proc.stdout.split("online A/B test sizing", 1)[1]
+
+
+def test_a_primary_rule_on_a_segment_is_sized_on_that_segment() -> None:
+    """The gate's primary rule on ``cold`` decides on the cold users' lift: the test is sized
+    on their values (checked by hand from their rows), and the line names the segment."""
+    from types import SimpleNamespace
+
+    from harness.compare import SegmentData
+    from harness.compare.sizing import sizing_of
+
+    spec = CompareSpec(n_resamples=300, seed=3, daily_users=1500)
+    base, better = _tables(0, 0.03)
+    cold = base.index.to_numpy()[:400]
+    segments = SegmentData({"cold": cold}, pd.Series(dtype=object), {"cold": "few events"})
+    pair = compare_pair("base", "better", (base, better), ["ndcg@10"], spec, segments=segments)
+    primary = SimpleNamespace(metric="ndcg@10", segment="cold")
+    gspec = SimpleNamespace(enabled=True, primary=primary, sanity=())
+    frame = sizing_of([pair], {"better": SimpleNamespace(decision="GO")}, spec, gspec)
+    a, b = base["ndcg@10"].loc[cold], better["ndcg@10"].loc[cold]
+    lift = b[a.notna()].mean() / a.mean() - 1  # paired: users the baseline has a value for
+    assert frame.iloc[0]["segment"] == "cold"
+    assert frame.iloc[0]["lift"] == pytest.approx(lift, rel=1e-12)
+    assert (frame.iloc[0]["users_per_arm"], frame.iloc[0]["days"]) == _expected(a, b, lift, spec)
+    line = format_sizing(frame, spec).strip().splitlines()[1].strip()
+    assert line.startswith(
+        "better vs base (GO): ndcg@10 on segment cold (its users only; compare.daily_users "
+        f"taken as its users per day) lift {lift:+.2%}: "
+    )
