@@ -43,7 +43,6 @@ __all__ = [
     "format_promotion",
     "mean_ci",
     "plan_promotions",
-    "promote_run",
     "promotion_requests",
     "registry_notes",
 ]
@@ -570,31 +569,6 @@ def apply_promotion(spec: Mapping[str, Any] | None, tracking_uri: str, parent_ru
         )
         return EXIT_REGISTRY_FAILED
     return 0
-
-
-def promote_run(
-    alias: str | None,
-    tracking_uri: str,
-    parent_run: str,
-    result: Any,
-    pairs: Sequence[Any],
-    decisions: Mapping[str, Any],
-    *,
-    experiment: str,
-    headline: str | None = None,
-    confidence: float = 0.95,
-) -> int:
-    """:func:`promotion_requests` then :func:`apply_promotion`, for a run just logged."""
-    spec = promotion_requests(
-        alias,
-        result,
-        pairs,
-        decisions,
-        experiment=experiment,
-        headline=headline,
-        confidence=confidence,
-    )
-    return apply_promotion(spec, tracking_uri, parent_run)
 
 
 if __name__ == "__main__":  # not a command: say what is

@@ -460,7 +460,7 @@ def test_a_go_against_a_version_the_alias_has_left_is_refused(
     from mlflow import MlflowClient
 
     from harness.compare import CompareSpec, compare_pair
-    from harness.promote import promote_run
+    from harness.promote import apply_promotion, promotion_requests
 
     uri = f"sqlite:///{tmp_path / 'r.db'}"
     client = MlflowClient(uri)
@@ -482,9 +482,10 @@ def test_a_go_against_a_version_the_alias_has_left_is_refused(
     decisions = {"cand": _decision("cand", "GO")}
 
     def promote() -> str:
-        code = promote_run(
-            "champion", uri, parent, result, [pair], decisions, experiment="e", headline="ndcg@10"
+        spec = promotion_requests(
+            "champion", result, [pair], decisions, experiment="e", headline="ndcg@10"
         )
+        code = apply_promotion(spec, uri, parent)
         assert code == 0
         return capsys.readouterr().out.strip()
 
