@@ -65,8 +65,7 @@ def score_on_validation(
     frame = pd_concat(vsplit.train, vsplit.test)
     vdataset = replace(dataset, name=f"{dataset.name}:validation", frame=frame)  # side inputs kept
     names = tuple(suite.names) + (() if objective in suite.names else (objective,))
-    cutoff = metrics.parse(objective).k or 0
-    vsuite = replace(suite, names=names, k=max(suite.k, cutoff))
+    vsuite = replace(suite, names=names)  # lists of metrics.k, as in the test run
     with tempfile.TemporaryDirectory(prefix="tune-trial-") as tmp:
         result = run_models(
             vdataset, vsplit, {name: model}, vsuite, Path(tmp), progress=False, evaluate=evaluate

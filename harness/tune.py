@@ -25,7 +25,8 @@ its ``tune.result`` parameters.
 
 Exit codes: 0; 1 when every trial of some model failed (its line says the last error; the test
 run, if any, uses its configured parameters); 2 for bad input; 130 when interrupted or a sweep
-stopped before its budget (rerun the same command to resume).
+stopped before its budget, 143 on SIGTERM (``kill PID``: the sweep subprocess is stopped with
+it); rerun the same command to resume.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import json
 import logging
 import math
 import re
+import signal
 import subprocess
 import sys
 import warnings
@@ -119,14 +121,22 @@ class Dimension:
 
 
 def _scalar(text: str) -> Any:
-    """A YAML scalar: ``10`` → 10, ``0.5`` → 0.5, ``true`` → True, ``cosine`` → 'cosine'."""
-    value = yaml.safe_load(text) if text.strip() else ""
+    """A scalar as Hydra's override grammar reads it (the trials' overrides are read so; else as
+    YAML): ``10`` → 10, ``1e-3`` → 0.001, ``true`` → True, ``cosine`` → 'cosine', ``'1'`` → '1'."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not text.strip():
+        return ""
+    try:
+        value = OverridesParser.create().parse_override(f"k={text.strip()}").value()
+    except Exception:  # not Hydra's grammar (YAML's quoting, 'it''s'): read as YAML
+        value = yaml.safe_load(text)
     return value if isinstance(value, str | int | float | bool) or value is None else text.strip()
 
 
 def parse_dimension(name: str, text: Any, where: str = "search_space") -> Dimension:
     """Parse one search-space entry: ``int(low, high[, log])``, ``float(low, high[, log])`` or
-    ``choice(a, b, ...)`` (choices are YAML scalars: numbers, booleans, strings).
+    ``choice(a, b, ...)`` (choices are scalars as Hydra reads them: numbers, booleans, strings).
 
     >>> parse_dimension("k", "int(10, 200, log)")
     Dimension(name='k', kind='int', low=10, high=200, log=True, choices=())
@@ -823,6 +833,13 @@ def tune(cfg: DictConfig) -> int:
             logging.getLogger(name).setLevel(logging.WARNING)
     spec = spec_of(cfg)
     suite = suite_of(cfg)
+    cutoff = metrics.parse(spec.objective).k
+    if cutoff is not None and cutoff > suite.k:  # trials score lists of metrics.k, as the test
+        raise ValueError(
+            f"tune.objective {spec.objective} needs lists of {cutoff} items but 'metrics.k' is "
+            f"{suite.k} (the length of every list, in trials as in the test run); raise "
+            "metrics.k or lower the cutoff"
+        )
     if spec.refit:  # what would stop the test run (e.g. a baseline not selected): before tuning
         from harness.cli import checked_gate, compare_spec_of, gate_spec_of
 
@@ -1003,7 +1020,15 @@ def _default_group(argv: list[str]) -> list[str]:
 
 #: The tuning tracker, so an interrupt can end its open runs as KILLED.
 _active: dict[str, Any] = {}
-EXIT_TUNING_FAILED, EXIT_INTERRUPTED = 1, 130
+EXIT_TUNING_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 130, 143
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill PID``), stopped as Ctrl-C is: the sweep subprocess is ended with it."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
 
 
 def usage() -> str:
@@ -1057,19 +1082,22 @@ def main() -> None:
                 message = f"'{err.full_key}' must be set, e.g. {err.full_key}=..."
             print(f"error: {message}", file=sys.stderr)
             holder["code"] = EXIT_BAD_INPUT
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:  # the sweep subprocess was ended with it
             tracker = _active.pop("tracker", None)
             if tracker is not None:
                 tracker.abort("KILLED")
+            by = " by SIGTERM" if isinstance(stop, _Terminated) else ""
             print(
-                "error: interrupted; finished trials are stored: rerun the same command to resume",
+                f"error: interrupted{by}; finished trials are stored: rerun the same command to "
+                "resume",
                 file=sys.stderr,
             )
-            holder["code"] = EXIT_INTERRUPTED
+            holder["code"] = EXIT_TERMINATED if by else EXIT_INTERRUPTED
 
     from harness.schema import one_line_config_errors, register
 
     register()  # the typed config schemas the option files extend
+    signal.signal(signal.SIGTERM, _terminate)  # else the sweep subprocess outlives ``kill PID``
     with one_line_config_errors(EXIT_BAD_INPUT):  # an unknown or mistyped key: one line, exit 2
         _main()
     sys.exit(holder["code"])

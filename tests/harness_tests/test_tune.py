@@ -4,6 +4,7 @@ sqlite store and real Hydra composition."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import signal
@@ -209,6 +210,30 @@ def test_nothing_to_tune_is_the_error_alone(
     with pytest.raises(ValueError, match=r"set split\.valid_cut="):  # a split without validation
         tune(cfg_of(tmp_path, "model=[popularity,item_knn]", "tracking=none"))
     assert capsys.readouterr().out == ""
+
+
+def test_an_objective_cutoff_above_metrics_k_is_refused(tmp_path: Path) -> None:
+    """Trials score lists of metrics.k items, as the test run does: recall@20 over 10-item lists
+    would need longer lists, which would also change every other logged validation metric."""
+    with pytest.raises(ValueError, match=r"^tune\.objective recall@20 needs lists of 20 items"):
+        tune(cfg_of(tmp_path, "tune.objective=recall@20", "metrics.k=10", "tracking=none"))
+
+
+def test_choices_are_read_as_hydra_reads_the_trials_overrides() -> None:
+    """A choice is the value a trial's override gives (Hydra's grammar): 1e-3 is the float
+    0.001 (YAML 1.1 reads it as text, which the final run then got), a quoted '1' stays text,
+    and each choice's override reads back as itself."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from harness.tune import _override_value, parse_dimension
+
+    dim = parse_dimension("r", "choice(1e-3, 1e-1, 3, '1', true, cosine)")
+    assert dim.choices == (0.001, 0.1, 3, "1", True, "cosine")
+    parser = OverridesParser.create()
+    for choice in dim.choices:
+        back = parser.parse_override(f"k={_override_value(choice)}").value()
+        assert back == choice and type(back) is type(choice)
+    assert parse_dimension("r", "float(1e-4, 1e-1, log)").low == 1e-4
 
 
 def test_direction_comes_from_the_metric() -> None:
@@ -560,6 +585,40 @@ def test_a_killed_command_resumes_to_exactly_its_budget(tmp_path: Path) -> None:
     assert not [r for r in runs if r.info.status == "RUNNING"]
     statuses = sorted(r.info.status for r in runs if r.data.tags.get("harness.kind") != "tuning")
     assert statuses == sorted(["FINISHED"] * 3 + ["KILLED"] * len(interrupted))
+
+
+def test_sigterm_to_the_command_stops_its_sweep_too(tmp_path: Path) -> None:
+    """``kill PID`` (SIGTERM to the tune command alone, not its process group) once a trial
+    has run: the command ends with 143 and one line, and its sweep subprocess is gone with it
+    (it used to live on, orphaned, racing a rerun for the same study)."""
+    log = tmp_path / "fits.log"
+    stderr_file = tmp_path / "stderr.txt"
+    cli = HarnessCli()
+    proc = subprocess.Popen(
+        cli.command((*RECORDING, "tune.trials=20"), True, "harness.tune"),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr_file.open("w"),
+        env=cli.env(RECORDING_LOG=str(log)),
+        start_new_session=True,  # its own process group, to see what is left of it
+    )
+    try:
+        while proc.poll() is None and not (log.exists() and len(weights_in(log)) >= 2):
+            time.sleep(0.02)
+        assert proc.poll() is None, f"ended before it was stopped:\n{stderr_file.read_text()}"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143, stderr_file.read_text()
+        time.sleep(1)
+        with pytest.raises(ProcessLookupError):  # no process of the group is left
+            os.killpg(proc.pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert stderr_file.read_text().strip().splitlines()[-1] == (
+        "error: interrupted by SIGTERM; finished trials are stored: rerun the same command to "
+        "resume"
+    )
 
 
 def test_all_trials_failing_is_one_line_and_exit_code_1(tmp_path: Path) -> None:
