@@ -58,6 +58,7 @@ from harness.folders import allocate, checkpoint, is_complete, mark_complete, ru
 from harness.gate import (
     EXIT_CODES,
     EXIT_NO_DECISION,
+    NO_DECISION_NOTE,
     GateDecision,
     GateSpec,
     check_gate,
@@ -309,7 +310,7 @@ def _verdicts(
     overall = worst([d.decision for d in decisions.values()]) if decisions else None
     why = None if overall else _no_decision(result, cspec, gspec, pairs)
     if gspec.enabled and why:
-        notes.append(f"no gate decision: {why}")
+        notes.append(f"{NO_DECISION_NOTE}{why}")
     headline: str | None = (gspec.primary.metric if gspec.primary else None) or cspec.gsb_metric
     if headline not in result.suite.names:
         headline = result.suite.names[0] if result.suite.names else None
@@ -729,6 +730,17 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
 
 
 _worst = {"code": 0}
+#: Exit codes from the least to the most serious, for a multirun's worst job: the gate's codes
+#: above the failures (as in one run), and NO_GO (10) above INCONCLUSIVE (11) and no decision
+#: (12), though its number is lower.
+_SEVERITY = (0, EXIT_MODEL_FAILED, EXIT_BAD_INPUT, EXIT_TRACKING_FAILED, 11, 12, 10)
+
+
+def severity(code: int) -> int:
+    """Rank of an exit code for :data:`_SEVERITY` (others, e.g. 130 interrupted, rank above)."""
+    return _SEVERITY.index(code) if code in _SEVERITY else len(_SEVERITY) + code
+
+
 #: The current run's results folder and tracker, for a clean stop on SIGINT/SIGTERM.
 _active: dict[str, Any] = {}
 
@@ -844,7 +856,7 @@ def main(cfg: DictConfig) -> None:
             sweep_jobs[-1]["code"] = code
         _active.clear()  # a signal between multirun jobs concerns no job's folder
         folders.current["stage"] = "between runs"
-    _worst["code"] = max(_worst["code"], code)
+    _worst["code"] = max(_worst["code"], code, key=severity)
     if code and HydraConfig.get().mode != RunMode.MULTIRUN:
         sys.exit(code)
 

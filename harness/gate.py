@@ -62,6 +62,8 @@ DECISIONS = ("GO", "INCONCLUSIVE", "NO_GO")  # best to worst
 EXIT_NO_DECISION = 12
 #: Process exit codes with ``gate.enforce=true`` (documented in the README).
 EXIT_CODES = {"GO": 0, "NO_GO": 10, "INCONCLUSIVE": 11, "NO_DECISION": EXIT_NO_DECISION}
+#: The note a run with the gate on but no decision carries (the report reads it).
+NO_DECISION_NOTE = "no gate decision: "
 USER_SEGMENTS = ("cold", "heavy")
 #: ``gate.min_users``: a per-user rule on fewer paired users is inconclusive. Measured with no
 #: true difference, the bootstrap interval excluded 0 in 25% of datasets at 3 users, 19% at 5 and

@@ -39,6 +39,7 @@ _COLUMNS = [
     "decision",
     "metric",
     "segment",
+    "higher_is_better",
     "mean_a",
     "var_a",
     "var_b",
@@ -113,6 +114,7 @@ def sizing_rows(
                 "decision": decision,
                 "metric": metric,
                 "segment": segment,
+                "higher_is_better": sign > 0,
                 "mean_a": mean_a,
                 "var_a": var_a,
                 "var_b": var_b,
@@ -168,19 +170,21 @@ def _lines(frame: pd.DataFrame, spec: CompareSpec) -> list[str]:
         who = f"{r['candidate']} vs {r['baseline']}"
         if r["decision"] is not None:
             who += f" ({r['decision']})"
+        # the lift as the metric moved (the columns are oriented: + is better), as everywhere
+        sign, end = (1, "low") if r["higher_is_better"] else (-1, "high")
         if r["mean_a"] == 0:  # no relative lift over a zero baseline: sized on the difference
-            effect = f"difference {r['diff']:+.4g} (the baseline scores 0)"
-            low = f"{r['diff_ci_low']:+.4g}"
+            effect = f"difference {sign * r['diff']:+.4g} (the baseline scores 0)"
+            low = f"{sign * r['diff_ci_low']:+.4g}"
         else:
-            effect, low = f"lift {r['lift']:+.2%}", f"{r['lift_ci_low']:+.2%}"
+            effect, low = f"lift {sign * r['lift']:+.2%}", f"{sign * r['lift_ci_low']:+.2%}"
         where = ""
         if r["segment"] != "all":  # the gate's primary rule is on a segment: its users only
             days = "; compare.daily_users taken as its users per day" if daily else ""
             where = f" on segment {r['segment']} (its users only{days})"
         out.append(
-            f"{who}: {r['metric']}{where} {effect}: "
+            f"{who}: {r['metric']}{'' if sign > 0 else ' (lower is better)'}{where} {effect}: "
             f"{_count(r['users_per_arm'], r['days'], daily)}; "
-            f"CI low end {low}: {_count(r['users_per_arm_ci_low'], r['days_ci_low'], daily)}"
+            f"CI {end} end {low}: {_count(r['users_per_arm_ci_low'], r['days_ci_low'], daily)}"
         )
     return out
 

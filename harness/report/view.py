@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from harness.compare import PairComparison
-from harness.gate import GateDecision
+from harness.gate import NO_DECISION_NOTE, GateDecision
 from harness.report import plots
 from harness.report.context import DatasetInfo, ReportContext, Verdict
 from harness.report.format import (
@@ -150,6 +150,7 @@ class ReportView:
     overall: str | None
     headline: str
     not_gated: str | None
+    no_decision: str | None  # the gate is on but took no decision: why
     decision_lines: list[tuple[str, str]]
     facts: list[tuple[str, str]]  # the report's first lines: dataset, split, dropped users, run
     warning: str | None
@@ -746,6 +747,10 @@ def build(ctx: ReportContext) -> ReportView:
         overall=verdict.overall,
         headline=line,
         not_gated=extra,
+        no_decision=next(
+            (n.removeprefix(NO_DECISION_NOTE) for n in ctx.notes if n.startswith(NO_DECISION_NOTE)),
+            None,
+        ),
         decision_lines=[_decision_line(c, d, ctx.pairs) for c, d in ctx.decisions.items()],
         facts=_facts(ctx),
         warning=SAMPLED_CANDIDATES_WARNING if kind == "sampled" else None,

@@ -468,6 +468,13 @@ def test_no_pairs_failed_model_and_no_gate(real: dict[str, Any], tmp_path: Path)
     assert "No comparison" in md and "broken\\<model\\> (failed)" in md
     told = dataclasses.replace(bare, notes=["no comparison: the baseline 'pop' failed"])
     assert "No comparison: the baseline 'pop' failed." in parse(render_html(told)).all_text()
+    # the gate on, but no decision (the run's note says why): not "NO GATE"
+    undecided = dataclasses.replace(bare, notes=["no gate decision: every candidate failed"])
+    text = parse(render_html(undecided)).all_text()
+    assert "NO DECISION" in text and "NO GATE" not in text and "No launch gate" not in text
+    assert "The launch gate took no decision: every candidate failed." in text
+    md = render_markdown(undecided, tmp_path / "report_files")
+    assert "Overall decision: **NO DECISION**" in md and "NO GATE" not in md
     paths = write_report(bare, tmp_path / "bare")
     assert paths["html"].is_file() and not list((tmp_path / "bare" / "report_files").glob("*"))
 

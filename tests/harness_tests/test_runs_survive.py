@@ -216,6 +216,21 @@ def test_store_created_by_several_processes_at_once(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ the CLI
 
 
+def test_a_sweep_exits_with_its_most_serious_job_code() -> None:
+    """NO_GO (10) outranks no decision (12) and INCONCLUSIVE (11) though its number is lower
+    (the largest number made a NO_GO + INCONCLUSIVE sweep exit 11); the gate's codes outrank a
+    failed model (1), a bad setting (2) and a failed logging (3), as in one run."""
+    from harness.cli import severity
+
+    def worst(*codes: int) -> int:
+        return max(codes, key=severity)
+
+    assert worst(10, 11) == worst(11, 10) == 10
+    assert worst(12, 11) == 12 and worst(10, 12) == 10
+    assert worst(0, 1) == 1 and worst(1, 2) == 2 and worst(2, 3) == 3
+    assert worst(3, 11) == 11 and worst(2, 10) == 10 and worst(10, 130) == 130
+
+
 @pytest.mark.slow
 def test_a_failed_multirun_job_is_a_row_of_the_table(tmp_path: Path) -> None:
     """A job stopped by a bad setting is listed with its error and exit code (it was left out,

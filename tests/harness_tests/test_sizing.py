@@ -166,6 +166,10 @@ def test_lower_is_better_metric_is_oriented() -> None:
     assert raw["lift"] < 0 and row["lift"] == pytest.approx(-raw["lift"])  # lower: better
     assert row["lift_ci_low"] == pytest.approx(-raw["lift_ci_high"])
     assert row["users_per_arm"] == _expected(a[name], b[name], row["lift"], spec)[0]
+    # printed as the metric moved, as the comparison and the report print it, and marked
+    line = format_sizing(frame, spec).strip().splitlines()[1].strip()
+    assert line.startswith(f"b vs a (GO): {name} (lower is better) lift {raw['lift']:+.2%}: ")
+    assert f"; CI high end {raw['lift_ci_high']:+.2%}: " in line
 
 
 def test_a_zero_baseline_is_sized_on_the_difference() -> None:
