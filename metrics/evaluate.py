@@ -15,7 +15,7 @@ from metrics.options import Options, resolve_options
 from metrics.reduce import BatchView, Finish, State, add_tables, merge_states
 from metrics.registry import MetricSpec, get, parse
 from metrics.sets import distinct
-from metrics.side import BeyondInputs, check_train_ids
+from metrics.side import BeyondInputs, check_train_ids, item_counts
 
 __all__ = ["Evaluation", "State", "evaluate", "finish_state", "merge_states"]
 
@@ -222,7 +222,7 @@ def evaluate(
                 f"metric {bad!r} needs train= (a DataFrame with an 'item' column) "
                 "for item popularity"
             )
-        popularity = train["item"].value_counts()
+        popularity = item_counts(train["item"])
     side = None
     if "side" in needs:
         items_int = pd.api.types.is_integer_dtype(run["item"].dtype)

@@ -244,15 +244,27 @@ def history_matrix(train: pd.DataFrame) -> tuple[pd.Index, np.ndarray, np.ndarra
     return users, offsets, np.asarray(items)[i]
 
 
+def item_counts(items: pd.Series) -> pd.Series:
+    """Interactions of each item id that occurs in ``items``, indexed by the ids themselves in
+    ascending order: a categorical or Arrow-dictionary column is counted on its values, so
+    neither its category order nor its unused categories (count 0) change a number."""
+    dtype = items.dtype
+    if isinstance(dtype, pd.CategoricalDtype):  # counted on the codes (no copy of the ids)
+        codes = items.cat.codes.to_numpy()
+        n = np.bincount(codes[codes >= 0], minlength=len(dtype.categories))
+        counts = pd.Series(n, index=pd.Index(dtype.categories), name="count")
+    else:
+        if isinstance(dtype, pd.ArrowDtype) and pa.types.is_dictionary(dtype.pyarrow_dtype):
+            items = items.astype(pd.ArrowDtype(dtype.pyarrow_dtype.value_type))
+        counts = items.value_counts()
+    return counts[counts.to_numpy() > 0].sort_index()
+
+
 def popularity_groups(train: pd.DataFrame) -> pd.Series:
     """``head`` / ``mid`` / ``tail`` of every training item by its interaction count, items of
     equal count in ascending id order (as the comparison's item buckets), never in the order
     the training rows arrived in."""
-    items = train["item"]
-    if isinstance(items.dtype, pd.ArrowDtype) and pa.types.is_dictionary(items.dtype.pyarrow_dtype):
-        # Arrow cannot sort a dictionary index: count the ids themselves
-        items = items.astype(pd.ArrowDtype(items.dtype.pyarrow_dtype.value_type))
-    counts = items.value_counts().sort_index()
+    counts = item_counts(train["item"])
     counts = counts.iloc[np.argsort(-counts.to_numpy(), kind="stable")]
     values = counts.to_numpy(dtype=np.float64)
     total = values.sum()
@@ -449,8 +461,8 @@ class BeyondInputs:
         """The ``n`` most popular training items (count descending, then item id)."""
 
         def build() -> pd.Index:
-            counts = self._train()["item"].value_counts()
-            order = np.lexsort((counts.index.to_numpy(), -counts.to_numpy()))
+            counts = item_counts(self._train()["item"])  # ascending ids: ties stay so
+            order = np.argsort(-counts.to_numpy(), kind="stable")
             return pd.Index(counts.index.to_numpy()[order[:n]])
 
         return self._cached(f"primitive{n}", build)

@@ -592,3 +592,28 @@ def test_exposure_groups_break_count_ties_by_item_id_not_row_order() -> None:
         train = pd.DataFrame({"user": range(8), "item": order})
         ev = metrics.evaluate(qrels, run, ["exposure_tail@4"], train=train)
         assert ev.summary["exposure_tail@4"] == pytest.approx(d[3] / sum(d))
+
+
+def test_a_categorical_train_counts_items_by_id_not_by_category() -> None:
+    """Category order and unused categories are not data: a categorical ``train`` gives the
+    numbers of the same ids as text. By hand: 10 events, a and b 2 each (tied), so the head
+    (the first 20% of events in count order, then ascending id) is a; exposure_head@2 of the
+    list [a, b] is 1/(1/log2(2) + 1/log2(3)) = 0.6131. The 3 most popular items of a 3-event
+    train are a and b only (c, an unused category, has no interaction), so c and d are
+    unexpected: 2/3, and the relevant c makes serendipity 1/3."""
+    run = pd.DataFrame({"user": [1, 1], "item": ["a", "b"], "score": [2.0, 1.0]})
+    qrels = pd.DataFrame({"user": [1], "item": ["a"], "relevance": [1]})
+    train = pd.DataFrame({"user": range(10), "item": list("babacdefgh")})
+    shuffled = pd.Categorical(train["item"], categories=list("bacdefgh"))
+    head = 1 / (1 + 1 / np.log2(3))
+    for t in (train, train.assign(item=shuffled)):
+        got = metrics.evaluate(qrels, run, ["exposure_head@2", "exposure_mid@2"], train=t).summary
+        assert got == pytest.approx({"exposure_head@2": head, "exposure_mid@2": 1 - head})
+
+    run = pd.DataFrame({"user": [9, 9, 9], "item": ["c", "d", "a"], "score": [3.0, 2.0, 1.0]})
+    qrels = pd.DataFrame({"user": [9], "item": ["c"], "relevance": [1]})
+    train = pd.DataFrame({"user": [1, 2, 3], "item": ["a", "a", "b"]})
+    unused = pd.Categorical(train["item"], categories=list("abcd"))
+    for t in (train, train.assign(item=unused)):
+        got = metrics.evaluate(qrels, run, ["unexpectedness@3", "serendipity@3"], train=t).summary
+        assert got == pytest.approx({"unexpectedness@3": 2 / 3, "serendipity@3": 1 / 3})
