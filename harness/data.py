@@ -107,7 +107,7 @@ _EPOCH_UNITS: dict[str, int] = {
 TIMESTAMP_FORMATS: tuple[str, ...] = ("ISO8601", *_EPOCH_UNITS)
 # Text layouts tried in order when no format is given; a day-first and a month-first reading of
 # the same layout are tried together (both reading every row differently is ambiguous).
-_DATE_CANDIDATES: tuple[tuple[str, ...], ...] = (
+DATE_LAYOUTS: tuple[tuple[str, ...], ...] = (
     ("ISO8601",),
     ("%d/%m/%Y %H:%M:%S", "%m/%d/%Y %H:%M:%S"),
     ("%d/%m/%Y %H:%M", "%m/%d/%Y %H:%M"),
@@ -1201,7 +1201,7 @@ def _infer_date_text(
 ) -> np.ndarray:
     """Find the one date layout that reads every row, or fail naming the first row off it."""
     head = text.iloc[:_SAMPLE]
-    for group in _DATE_CANDIDATES:
+    for group in DATE_LAYOUTS:
         fits: list[tuple[str, pd.Series]] = []
         for fmt in group:
             if pd.to_datetime(head, format=fmt, errors="coerce", utc=True).isna().any():
@@ -1222,7 +1222,7 @@ def _infer_date_text(
             return _to_seconds(fits[0][1])
     # nothing reads every row: report the rows off the layout that reads the most of them
     best_fmt, best_ok = "epoch seconds", numeric
-    for group in _DATE_CANDIDATES:
+    for group in DATE_LAYOUTS:
         for fmt in group:
             ok = pd.to_datetime(text, format=fmt, errors="coerce", utc=True).notna().to_numpy()
             if ok.sum() > best_ok.sum():

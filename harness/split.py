@@ -768,6 +768,27 @@ def _is_quantile(value: Any) -> bool:
     )
 
 
+def _date_text(text: str, name: str) -> pd.Timestamp:
+    """A date written as text, read by the layouts the loader reads timestamp columns with
+    (ISO 8601, then day-first / month-first with ``/`` or ``-``, dotted day-first): 01.02.2023
+    is 1 February, as in a data file. A value both ways read differently is ambiguous (a
+    one-line error); text no layout reads is left to pandas (e.g. ``1 Feb 2023``)."""
+    from harness.data import DATE_LAYOUTS
+
+    for group in DATE_LAYOUTS:
+        read = {fmt: pd.to_datetime(text.strip(), format=fmt, errors="coerce") for fmt in group}
+        found = {fmt: t for fmt, t in read.items() if not pd.isna(t)}
+        if len(set(found.values())) > 1:
+            (a, ta), (b, tb) = found.items()
+            raise ValueError(
+                f"'{name}' {text!r} is ambiguous: {a!r} reads {ta.date()}, {b!r} reads "
+                f"{tb.date()}; write it as ISO 8601 (YYYY-MM-DD)"
+            )
+        if found:
+            return next(iter(found.values()))
+    return pd.Timestamp(text)
+
+
 def _resolve_time(value: Any, ts: np.ndarray, name: str) -> int | float:
     """A cut as epoch seconds (:func:`time_value`): a quantile in (0, 1) of ``ts`` or a date
     (naive = UTC)."""
@@ -780,8 +801,10 @@ def _resolve_time(value: Any, ts: np.ndarray, name: str) -> int | float:
             return time_value(np.quantile(ts, float(value), method="higher"))
     elif isinstance(value, str | dt.datetime | dt.date | pd.Timestamp):
         try:
-            stamp = pd.Timestamp(value)
+            stamp = _date_text(value, name) if isinstance(value, str) else pd.Timestamp(value)
         except (ValueError, TypeError) as exc:
+            if "ambiguous" in str(exc):
+                raise
             raise ValueError(f"'{name}' is not a parsable date (got {value!r})") from exc
         if pd.isna(stamp):
             raise ValueError(f"'{name}' is not a parsable date (got {value!r})")

@@ -151,7 +151,7 @@ _INTEGRAL = r"^(?:0|-?[1-9][0-9]{0,18})(?:\.0+)?$"  # harness.data._INTEGRAL_TEX
 _EDGE_SPACE = r"(?U)^[\s\x{1c}-\x{1f}]+|[\s\x{1c}-\x{1f}]+$"
 _NUMBER = r"^[+-]?[0-9]+(?:\.[0-9]*)?$"  # harness.data._EPOCH_TEXT
 _DIGITS = r"^[+-]?[0-9]{1,18}$"  # harness.data._DIGITS_TEXT
-#: harness.data._DATE_CANDIDATES as Spark patterns (one or two digits read like strptime's)
+#: harness.data.DATE_LAYOUTS as Spark patterns (one or two digits read like strptime's)
 _SPARK_LAYOUTS: dict[str, str] = {
     "%d/%m/%Y %H:%M:%S": "d/M/yyyy H:m:s",
     "%m/%d/%Y %H:%M:%S": "M/d/yyyy H:m:s",
@@ -323,13 +323,13 @@ def _time_seconds(df: DataFrame, t: Column) -> Column:
 
 
 def _date_text(df: DataFrame, text: Column, raw: Column, source: str, label: str) -> Column:
-    """Seconds from date text: the first layout of :data:`harness.data._DATE_CANDIDATES` that
+    """Seconds from date text: the first layout of :data:`harness.data.DATE_LAYOUTS` that
     reads every row (ISO 8601 first; a day-first and a month-first reading that both read every
     row differently is ambiguous), or an error naming a row off the layout that reads most.
     One aggregate job."""
     from pyspark.sql import functions as sf
 
-    from harness.data import _DATE_CANDIDATES, _FORMAT_HINT
+    from harness.data import _FORMAT_HINT, DATE_LAYOUTS
     from harness.errors import DataError
 
     def parse(fmt: str) -> Column:
@@ -337,7 +337,7 @@ def _date_text(df: DataFrame, text: Column, raw: Column, source: str, label: str
             return sf.try_to_timestamp(text)
         return sf.try_to_timestamp(text, sf.lit(_SPARK_LAYOUTS[fmt]))
 
-    fmts = [f for group in _DATE_CANDIDATES for f in group]
+    fmts = [f for group in DATE_LAYOUTS for f in group]
     aggs = []
     for k, fmt in enumerate(fmts):
         ok = parse(fmt).isNotNull()
@@ -345,7 +345,7 @@ def _date_text(df: DataFrame, text: Column, raw: Column, source: str, label: str
             sf.count(sf.when(~ok, 1)).alias(f"bad{k}"),
             sf.first(sf.when(~ok, raw), ignorenulls=True).alias(f"e{k}"),
         ]
-    for group in _DATE_CANDIDATES:
+    for group in DATE_LAYOUTS:
         if len(group) == 2:
             a = fmts.index(group[0])
             differ = parse(group[0]) != parse(group[1])
@@ -354,7 +354,7 @@ def _date_text(df: DataFrame, text: Column, raw: Column, source: str, label: str
                 sf.first(sf.when(differ, text), ignorenulls=True).alias(f"de{a}"),
             ]
     row = _one_row(df, sf.count(sf.lit(1)).alias("n"), *aggs)
-    for group in _DATE_CANDIDATES:
+    for group in DATE_LAYOUTS:
         fits = [f for f in group if int(row[f"bad{fmts.index(f)}"]) == 0]
         if len(fits) == 2 and int(row[f"diff{fmts.index(group[0])}"]):
             example = row[f"de{fmts.index(group[0])}"]

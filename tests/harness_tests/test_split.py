@@ -272,6 +272,26 @@ def test_user_time_takes_each_users_latest_share(df: pd.DataFrame, ratio: float)
             assert train["timestamp"].max() <= test["timestamp"].min()
 
 
+def test_a_date_cut_is_read_as_the_loader_reads_dates() -> None:
+    """01.02.2023 is 1 February in a data file (dotted dates are day-first), so as a cut too
+    (pandas read it month-first: 2 January, and 13/02/2023 silently day-first); a date that
+    reads both ways differently is a one-line error, as in a data file."""
+    day = 86_400
+    feb1 = 1_675_209_600  # 2023-02-01T00:00:00Z
+    times = feb1 + day * np.arange(-40, 20)
+    events = pd.DataFrame(
+        {"user": np.arange(60) % 7, "item": np.arange(60) % 5, "timestamp": times}
+    )
+    for cut in ("01.02.2023", "2023-02-01", "2023-02-01T00:00:00Z"):
+        split = make_split(events, "global_time", cut=cut, unseen="keep")
+        assert split.stats["n_train_events"] == 40, cut
+    with pytest.raises(ValueError, match=r"^'split.cut' '02/01/2023' is ambiguous: ") as err:
+        make_split(events, "global_time", cut="02/01/2023")
+    assert "\n" not in str(err.value)
+    split = make_split(events, "global_time", cut="13/01/2023", unseen="keep")  # day-first only
+    assert split.stats["n_train_events"] == 40 - 19
+
+
 def test_ratio_counts_round_half_up_in_exact_arithmetic() -> None:
     """0.35 × 90 is 31.5, which rounds up to 32; float64 makes it 31.499999999999996 (31)."""
     assert math.floor(90 * 0.35 + 0.5) == 31  # the float rule this replaces
