@@ -150,7 +150,7 @@ _INTEGRAL = r"^(?:0|-?[1-9][0-9]{0,18})(?:\.0+)?$"  # harness.data._INTEGRAL_TEX
 #: and the separators U+001C..U+001F. Spark's ``trim`` strips only the ASCII space.
 _EDGE_SPACE = r"(?U)^[\s\x{1c}-\x{1f}]+|[\s\x{1c}-\x{1f}]+$"
 _NUMBER = r"^[+-]?[0-9]+(?:\.[0-9]*)?$"  # harness.data._EPOCH_TEXT
-_DIGITS = r"^[+-]?[0-9]{1,18}$"  # harness.data._DIGITS_TEXT
+_DIGITS = r"^[+-]?[0-9]{1,19}$"  # harness.data._DIGITS_TEXT
 #: harness.data.DATE_LAYOUTS as Spark patterns (one or two digits read like strptime's)
 _SPARK_LAYOUTS: dict[str, str] = {
     "%d/%m/%Y %H:%M:%S": "d/M/yyyy H:m:s",
@@ -436,15 +436,15 @@ def _timestamp_seconds(
             )
         )
         return _time_seconds(df, parsed), checks
+    whole = sf.regexp_replace(text, r"^\+", "").try_cast("bigint")  # null beyond int64
     row = _one_row(
         df,
-        sf.count(sf.when(~text.rlike(_DIGITS), 1)).alias("not_digits"),
+        sf.count(sf.when(~text.rlike(_DIGITS) | whole.isNull(), 1)).alias("not_digits"),
         sf.count(sf.when(~text.rlike(_NUMBER), 1)).alias("not_numbers"),
         sf.first(sf.when(~text.rlike(_NUMBER), ts), ignorenulls=True).alias("e"),
     )
     if int(row["not_digits"]) == 0:
-        x = sf.regexp_replace(text, r"^\+", "").try_cast("bigint")
-        return _epoch_seconds(df, x, ts, source, label, given, integral=True), checks
+        return _epoch_seconds(df, whole, ts, source, label, given, integral=True), checks
     if int(row["not_numbers"]) == 0:
         x = text.try_cast("double")
         return _epoch_seconds(df, x, ts, source, label, given, integral=False), checks

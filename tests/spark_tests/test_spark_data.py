@@ -310,6 +310,17 @@ def test_read_interactions_gives_the_loaders_rows_and_types(spark: Any, tmp_path
             GOOD.assign(timestamp=[1673604000123456, 1673695800999999, -1, 1677628800000001]),
             {"timestamp_format": "epoch_us"},
         ),
+        "epoch_ns.csv": (  # 19 digits: int64, every nanosecond, as the Parquet copy reads
+            GOOD.assign(
+                timestamp=[
+                    1_700_950_463_696_325_935,
+                    1_700_950_463_696_326_126,
+                    1_675_328_700_000_000_001,
+                    9_223_372_036_854_775_807 // 4,
+                ]
+            ),
+            {"timestamp_format": "epoch_ns"},
+        ),
         "float_seconds.parquet": (
             GOOD.assign(timestamp=[1673604000.25, 1673695800.5, 1675328700.0, 1677628800.125]),
             {},
