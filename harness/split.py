@@ -240,6 +240,20 @@ def occurrence(df: pd.DataFrame) -> np.ndarray:
     return occ
 
 
+def sorted_codes(ids: pd.Series) -> np.ndarray:
+    """Codes of ``ids`` in the order of the ids themselves (``pd.factorize(sort=True)``); a
+    categorical column by its categories' values, not by the order its categories were given in
+    (text ids as object, ``str`` or categorical split alike)."""
+    if isinstance(ids.dtype, pd.CategoricalDtype):
+        categories = ids.cat.categories
+        if not categories.is_monotonic_increasing:
+            order = categories.argsort()
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            return rank[ids.cat.codes.to_numpy()]
+    return pd.factorize(ids, sort=True)[0]
+
+
 def random_order(df: pd.DataFrame, seed: int) -> np.ndarray:
     """Row positions ordered by the signed int64 hash ``harness.hashing.mix(seed, user, item,
     timestamp, occurrence)``, ties (hash collisions) by user, item, timestamp, occurrence: a
@@ -249,9 +263,7 @@ def random_order(df: pd.DataFrame, seed: int) -> np.ndarray:
     ts = df[TIMESTAMP].to_numpy()
     occ = occurrence(df)
     h = mix(seed, hash_ids(df[USER]), hash_ids(df[ITEM]), time_words(ts), occ).view(np.int64)
-    ucode, _ = pd.factorize(df[USER], sort=True)
-    icode, _ = pd.factorize(df[ITEM], sort=True)
-    return np.lexsort((occ, ts, icode, ucode, h))
+    return np.lexsort((occ, ts, sorted_codes(df[ITEM]), sorted_codes(df[USER]), h))
 
 
 METHODS: dict[str, Callable[..., Split]] = {
@@ -830,8 +842,7 @@ def _user_groups(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row order by (user, timestamp, item id, input row) and the start/size of each user run."""
     n = len(df)
     ucode, _ = pd.factorize(df[USER], sort=False)
-    icode, _ = pd.factorize(df[ITEM], sort=True)
-    order = np.lexsort((np.arange(n), icode, df[TIMESTAMP].to_numpy(), ucode))
+    order = np.lexsort((np.arange(n), sorted_codes(df[ITEM]), df[TIMESTAMP].to_numpy(), ucode))
     u = ucode[order]
     starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]]) if n else np.empty(0, np.int64)
     counts = np.diff(np.r_[starts, n]).astype(np.int64)

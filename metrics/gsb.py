@@ -8,18 +8,39 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["GSB", "TOLERANCE_ROUNDING", "gsb", "gsb_from_labels", "gsb_margin"]
+__all__ = [
+    "GSB",
+    "TOLERANCE_ROUNDING",
+    "VALUE_ROUNDING",
+    "gsb",
+    "gsb_from_labels",
+    "gsb_margin",
+    "gsb_margins",
+]
 
 #: How far (relatively) beyond a positive tolerance a difference must be to count: metric values
 #: carry decimal rounding (0.4 − 0.3 is 0.10000000000000003 in floating point), and a
 #: difference of exactly the tolerance is "same" whatever side its rounding falls.
 TOLERANCE_ROUNDING = 1e-9
+#: Differences within this share of the larger value are rounding, not a difference, even at
+#: tolerance 0: two models with equal average precision 0.2 can get 0.2 and
+#: 0.19999999999999998 from sums taken in another order.
+VALUE_ROUNDING = 1e-12
 
 
 def gsb_margin(tolerance: float) -> float:
-    """The margin the GSB rule compares differences with: ``tolerance`` widened by
-    :data:`TOLERANCE_ROUNDING` (0 stays 0: any difference counts)."""
+    """The tolerance the GSB rule compares differences with: ``tolerance`` widened by
+    :data:`TOLERANCE_ROUNDING` (0 stays 0)."""
     return tolerance * (1.0 + TOLERANCE_ROUNDING)
+
+
+def gsb_margins(a: np.ndarray, b: np.ndarray, tolerance: float, relative: bool) -> np.ndarray:
+    """Per unit, how far B must beat (or trail) A to be good (bad): the tolerance (:func:
+    `gsb_margin`, absolute or relative to ``|a|``), at least :data:`VALUE_ROUNDING` of the larger
+    ``|a|``, ``|b|`` (rounding is no difference, at tolerance 0 too)."""
+    tol = gsb_margin(tolerance)
+    base = tol * np.abs(a) if relative else np.full(np.shape(a), tol)
+    return np.maximum(base, VALUE_ROUNDING * np.maximum(np.abs(a), np.abs(b)))
 
 
 @dataclass(frozen=True)
@@ -86,8 +107,8 @@ def gsb(
 
     ``good`` when B beats A by more than ``tolerance`` (absolute, or relative to ``|A|`` when
     ``relative``), ``bad`` when it loses by more, else ``same`` (a difference at the tolerance,
-    to floating-point rounding, is ``same``: :func:`gsb_margin`). Units missing on either side
-    are excluded and counted.
+    or within floating-point rounding of the values, is ``same``: :func:`gsb_margins`). Units
+    missing on either side are excluded and counted.
 
     >>> gsb([0.5, 0.5, 0.5, 0.5], [0.9, 0.5, 0.1, 0.2])    # good, same, bad, bad (seed 001)
     GSB(good=1, same=1, bad=2, delta=-0.25, excluded=0)
@@ -97,8 +118,7 @@ def gsb(
     a, b = _aligned(per_user_a, per_user_b)
     ok = ~(np.isnan(a) | np.isnan(b))
     diff = (b - a)[ok] * (1.0 if higher_is_better else -1.0)
-    tol = gsb_margin(tolerance)
-    margin = tol * np.abs(a[ok]) if relative else tol
+    margin = gsb_margins(a[ok], b[ok], tolerance, relative)
     good = int((diff > margin).sum())
     bad = int((diff < -margin).sum())
     same = int(ok.sum()) - good - bad

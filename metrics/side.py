@@ -80,7 +80,8 @@ def check_side_frame(frame: Any, what: str, items_int: bool, min_columns: int = 
     dup = ids.duplicated().to_numpy()
     if dup.any():
         raise ValueError(f"{what} has item {_plain(ids.iloc[int(np.argmax(dup))])!r} twice")
-    return frame
+    # rows are read by position: a repeated index label means nothing here (it broke scipy)
+    return frame if frame.index.is_unique else frame.reset_index(drop=True)
 
 
 def _plain(value: object) -> object:

@@ -30,7 +30,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from metrics.checks import require_choice, require_int, require_range
-from metrics.gsb import GSB, _aligned, gsb, gsb_margin
+from metrics.gsb import GSB, _aligned, gsb, gsb_margins
 
 __all__ = [
     "ALTERNATIVES",
@@ -299,8 +299,7 @@ def _gsb_signs(
 ) -> np.ndarray:
     """Per unit +1 (good), 0 (same), −1 (bad): the rule of :func:`metrics.gsb` (no NaN here)."""
     diff = (b - a) * (1.0 if higher_is_better else -1.0)
-    tol = gsb_margin(tolerance)
-    margin = tol * np.abs(a) if relative else tol
+    margin = gsb_margins(a, b, tolerance, relative)
     return (diff > margin).astype(np.float64) - (diff < -margin)
 
 

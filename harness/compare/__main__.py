@@ -6,6 +6,8 @@ it points to now, read from ``--registry-uri``, by default the tracking store's)
 run is its latest successful evaluation, under any URI that named it, on the other side's split
 when there is one; a note says which run it was.
 The comparison is recomputed from the runs' per-user artifacts, without re-running any model,
+with the ``compare`` and ``gate`` settings of the candidate's evaluation (its parent run's
+``config.yaml``) under ``--gate`` and the command's overrides,
 printed like the main run's (the model × metric table, the comparison per metric, each
 candidate's gate lines and the verdict), written as a report (``report.html``, ``report.md``)
 into ``--out`` (default: a new folder under ``runs/results/compare/``) and logged as a new run.
@@ -37,13 +39,14 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from harness.compare import (
     CompareSpec,
@@ -102,7 +105,10 @@ def _parser() -> argparse.ArgumentParser:
         "(default: RUNS_DIR/results/compare/<time>-<candidate>-vs-<baseline>)",
     )
     p.add_argument(
-        "--gate", default="default", help="a gate/ config option (default, strict, none)"
+        "--gate",
+        default=None,
+        help="a gate/ config option (default, strict, none); default: the gate the candidate's "
+        "run was evaluated with (else default)",
     )
     p.add_argument("--enforce", action="store_true", help="exit code reflects the gate decision")
     p.add_argument(
@@ -623,7 +629,30 @@ def _relevance(client: Any, run: Any) -> str:
     return str(found or "binary")
 
 
-def _specs(gate: str, baseline: str, overrides: Sequence[str]) -> tuple[CompareSpec, GateSpec, Any]:
+def _run_settings(client: Any, run: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """The ``compare`` and ``gate`` config of the evaluation ``run`` was part of (its parent's
+    ``config.yaml``) and that parent's id; (None, None) for a run without one."""
+    parent = run.data.tags.get("mlflow.parentRunId")
+    if not parent:
+        return None, None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = client.download_artifacts(parent, "config.yaml", tmp)
+            config = yaml.safe_load(Path(path).read_text()) or {}
+    except Exception:  # logged otherwise (or the artifact store cannot say now): the defaults
+        return None, None
+    return {k: config.get(k) for k in ("compare", "gate")}, str(parent)
+
+
+def _specs(
+    gate: str | None,
+    baseline: str,
+    overrides: Sequence[str],
+    logged: Mapping[str, Any] | None = None,
+) -> tuple[CompareSpec, GateSpec, dict[str, Any]]:
+    """The comparison and gate settings: the evaluation's own (``logged``: its ``compare`` and
+    ``gate`` config, so the pair is compared as its run compared it), under the command's
+    overrides and ``--gate``; the defaults for what no run recorded."""
     from hydra import compose, initialize_config_module
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -635,15 +664,31 @@ def _specs(gate: str, baseline: str, overrides: Sequence[str]) -> tuple[CompareS
 
     try:
         with initialize_config_module(config_module="harness.configs", version_base=None):
-            cfg = compose("config", overrides=[f"gate={gate}", *overrides])
+            cfg = compose("config", overrides=[f"gate={gate or 'default'}", *overrides])
     except (HydraException, OmegaConfBaseException) as err:  # as the main run says it
         raise ValueError(config_error(err)) from None
-    node: dict[str, Any] = OmegaConf.to_container(cfg.compare, resolve=True)  # type: ignore[assignment]
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+
+    def settled(group: str, fields: Any, explicit: bool) -> dict[str, Any]:
+        composed: dict[str, Any] = OmegaConf.to_container(cfg[group], resolve=True)  # type: ignore[assignment]
+        recorded = (logged or {}).get(group)
+        if not isinstance(recorded, dict) or explicit:
+            return {k: v for k, v in composed.items() if k in fields}
+        mine = {
+            k
+            for k in composed
+            if any(g == f"{group}.{k}" or g.startswith(f"{group}.{k}.") for g in given)
+        }
+        out = {k: v for k, v in recorded.items() if k in fields}
+        out.update({k: composed[k] for k in mine if k in fields})
+        return out
+
+    node = settled("compare", CompareSpec.__dataclass_fields__, False)
     node["baseline"] = baseline
     if node.get("metrics") is not None:
         node["metrics"] = tuple(node["metrics"])
-    gate_node: dict[str, Any] = OmegaConf.to_container(cfg.gate, resolve=True)  # type: ignore[assignment]
-    return CompareSpec(**node), GateSpec(**gate_node), cfg
+    gate_node = settled("gate", GateSpec.__dataclass_fields__, gate is not None)
+    return CompareSpec(**node), GateSpec(**gate_node), {"compare": node, "gate": gate_node}
 
 
 def _summary(names: Sequence[str], results: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -677,7 +722,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{hashes[1]}); a comparison needs the same split"
             )
         names = _labels(runs, (args.baseline, args.candidate))
-        cspec, gspec, cfg = _specs(args.gate, names[0], args.overrides)
+        recorded, source = _run_settings(client, runs[1])  # the candidate's evaluation
+        cspec, gspec, cfg = _specs(args.gate, names[0], args.overrides, recorded)
+        if source:
+            resolved.append(
+                f"settings: compare and gate as the evaluation run {source} recorded them"
+                + (
+                    " (--gate and the overrides given here replace theirs)"
+                    if args.gate or args.overrides
+                    else ""
+                )
+            )
         split_dir = Path(args.runs_dir) / "splits" / str(hashes[0])
         with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
             logged = [_logged(client, r, Path(tmp) / str(i)) for i, r in enumerate(runs)]
@@ -895,9 +950,7 @@ def _report(
         split_stats={},
         candidates={},
         metric_options={},
-        config_yaml=OmegaConf.to_yaml(
-            {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("compare", "gate")}
-        ),
+        config_yaml=OmegaConf.to_yaml(cfg),
         summary=summary,
         pairs=[pair],
         decisions=decisions,

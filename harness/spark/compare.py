@@ -63,7 +63,7 @@ from harness.compare import (
 )
 from metrics import stats
 from metrics.checks import require_columns, require_int
-from metrics.gsb import gsb_margin
+from metrics.gsb import VALUE_ROUNDING, gsb_margin
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -349,7 +349,9 @@ def _terms(i: int, hib: bool, spec: CompareSpec) -> dict[str, str]:
     ok = f"({va} AND {vb})"
     signed = f"({d} * {_double(1.0 if hib else -1.0)})"
     tolerance = _double(gsb_margin(spec.tolerance))
-    margin = f"({tolerance} * abs({a}))" if spec.relative_tolerance else tolerance
+    base = f"({tolerance} * abs({a}))" if spec.relative_tolerance else tolerance
+    # metrics.gsb.gsb_margins: rounding of the values is no difference
+    margin = f"greatest({base}, {_double(VALUE_ROUNDING)} * greatest(abs({a}), abs({b})))"
     good, bad = f"({ok} AND {signed} > {margin})", f"({ok} AND {signed} < -{margin})"
     return {"a": a, "b": b, "d": d, "va": va, "vb": vb, "ok": ok, "good": good, "bad": bad}
 

@@ -114,13 +114,16 @@ def test_strict_gate_and_whole_run_metric_print_no_nan(store) -> None:
 
 
 def test_item_buckets_are_judged_as_the_run_judged_them(tmp_path: Path) -> None:
-    """Found by an audit: the command judged the item-bucket segments with relevance 1 for
+    """Found by audits: the command judged the item-bucket segments with relevance 1 for
     every test item and default options, whatever the runs used (here relevance from ratings,
-    relevant from 4). The reference is the run's own comparison table."""
+    relevant from 4), and compared with the default settings (95% intervals, tolerance 0, the
+    default seed) whatever the run was compared with. The reference is the run's own
+    comparison table: every row, intervals and GSB counts too."""
     import pandas as pd
 
-    args = ("model=[popularity,item_knn]", "metrics.relevance=rating")
-    run = CLI.run(tmp_path, *args, "metrics.relevance_threshold=4", quick=True)
+    args = ("model=[popularity,item_knn]", "metrics.relevance=rating", "seed=3")
+    settings = ("compare.confidence=0.5", "compare.tolerance=0.05", "compare.n_resamples=400")
+    run = CLI.run(tmp_path, *args, *settings, "metrics.relevance_threshold=4", quick=True)
     assert run.returncode == 0, run.stderr
     from mlflow import MlflowClient
 
@@ -133,13 +136,16 @@ def test_item_buckets_are_judged_as_the_run_judged_them(tmp_path: Path) -> None:
         module="harness.compare",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert "settings: compare and gate as the evaluation run" in done.stdout
     (folder,) = [p.parent for p in (tmp_path / "runs" / "results").rglob("summary.csv")]
-    columns = ["segment", "metric", "n", "mean_a", "mean_b", "lift"]
+    columns = ["segment", "metric", "n", "mean_a", "mean_b", "lift", "lift_ci_low"]
+    columns += ["lift_ci_high", "gsb_good", "gsb_same", "gsb_bad", "confidence", "n_resamples"]
     main = pd.read_csv(folder / "comparison.csv")
     main = main[main["candidate"] == "item_knn"] if "candidate" in main else main
     mine = pd.read_csv(out / "comparison.csv")
-    buckets = [m[m["segment"].str.startswith("items:")][columns] for m in (main, mine)]
-    assert len(buckets[0]) > 0
+    buckets = [m[columns] for m in (main, mine)]
+    assert main["segment"].str.startswith("items:").any()
+    assert (main["confidence"].dropna() == 0.5).all()
     key = ["segment", "metric"]
     want, got = (b.sort_values(key).reset_index(drop=True) for b in buckets)
     pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-9)

@@ -617,3 +617,17 @@ def test_a_categorical_train_counts_items_by_id_not_by_category() -> None:
     for t in (train, train.assign(item=unused)):
         got = metrics.evaluate(qrels, run, ["unexpectedness@3", "serendipity@3"], train=t).summary
         assert got == pytest.approx({"unexpectedness@3": 2 / 3, "serendipity@3": 1 / 3})
+
+
+def test_a_repeated_index_label_in_item_features_is_not_data() -> None:
+    """Only the ``item`` column names the items: a repeated index label (e.g. frames
+    concatenated) gives the same numbers as a fresh index (it was a cryptic scipy error)."""
+    run = pd.DataFrame({"user": [1, 1, 1], "item": [1, 2, 3], "score": [3.0, 2.0, 1.0]})
+    qrels = pd.DataFrame({"user": [1], "item": [1], "relevance": [1]})
+    features = pd.DataFrame({"item": [1, 2, 3], "genre": ["a", "b", "a|b"]})
+    want = metrics.evaluate(qrels, run, ["diversity@3"], item_features=features).summary
+    repeated = features.set_axis([0, 0, 1])
+    got = metrics.evaluate(qrels, run, ["diversity@3"], item_features=repeated).summary
+    assert got == want
+    # by hand: cosines of a, b, {a, b}: 0, 1/sqrt(2), 1/sqrt(2); diversity 1 - mean
+    assert want["diversity@3"] == pytest.approx(1 - (2 / np.sqrt(2)) / 3)

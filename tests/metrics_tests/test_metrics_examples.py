@@ -358,6 +358,18 @@ def test_gsb_difference_of_exactly_the_tolerance_is_same_whatever_its_rounding()
     assert metrics.gsb([0.0], [1e-300]).good == 1  # no tolerance: any difference counts
 
 
+def test_gsb_at_tolerance_0_does_not_count_rounding():
+    """Found by an audit: two models with equal average precision 0.2 for a user got 0.2 and
+    0.19999999999999998 (sums in another order), counted "bad" at tolerance 0. Rounding (within
+    1e-12 of the larger value) is "same"; a real difference, however small, still counts."""
+    a = [0.2, 0.5, 1 / 3, 0.2, 0.0]
+    b = [0.19999999999999998, 0.5000000000000001, 0.1 + 0.2 + 1 / 3 - 0.3, 0.2000001, 1e-9]
+    res = metrics.gsb(a, b)
+    assert (res.good, res.same, res.bad) == (2, 3, 0)
+    one = stats.compare(np.array(a), np.array(b), n_resamples=50)
+    assert (one.gsb.good, one.gsb.same, one.gsb.bad) == (2, 3, 0)
+
+
 def test_gsb_lower_is_better():
     # for RMSE-like metrics a decrease is good
     res = metrics.gsb([1.0, 1.0, 1.0], [0.5, 1.0, 2.0], higher_is_better=False)

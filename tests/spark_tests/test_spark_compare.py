@@ -530,3 +530,12 @@ def test_gsb_at_exactly_the_tolerance_is_same_as_in_process(spark: Any) -> None:
     )  # fmt: skip
     row = mine.row("precision@10")
     assert (row["gsb_good"], row["gsb_same"], row["gsb_bad"]) == (1, 4, 1)
+    # tolerance 0: rounding of equal values is "same" (metrics.gsb's rule), a real gain good
+    a = pd.DataFrame({"map@10": [0.2, 0.5, 0.2, 0.0, 0.3, 0.4]}, index=idx)
+    b = pd.DataFrame({"map@10": [0.19999999999999998, 0.5, 0.2000001, 1e-9, 0.3, 0.4]}, index=idx)
+    spec = CompareSpec(n_resamples=50, gsb_metric="map@10")
+    zero = compare_spark(
+        spark_table(spark, a), spark_table(spark, b), ["map@10"], spec,
+        baseline="base", candidate="cand",
+    ).row("map@10")  # fmt: skip
+    assert (zero["gsb_good"], zero["gsb_same"], zero["gsb_bad"]) == (2, 4, 0)
