@@ -198,7 +198,7 @@ def evaluation_notes(result: ExperimentResult) -> list[str]:
     """What every model's metrics share and the table does not show: test users without a
     relevant item (``metrics.relevance=rating`` below the threshold), left out of the means
     under ``empty_users=skip`` or scored 0 / 1 otherwise; sampled users short of negatives."""
-    short = short_warning(getattr(result, "candidates", None) or {})
+    short = short_warning(result.candidates)
     counts = next((o.evaluation.counts for o in result.outcomes.values() if o.evaluation), {})
     without, users = int(counts.get("users_without_relevant", 0)), int(counts.get("users", 0))
     if not without:
@@ -565,9 +565,9 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
         else:  # built and kept in Spark
             candidates, cand_stats = build_candidates_spark(cand_spec, spark_split)
     if cand_spec.kind == "sampled":
-        print(f"WARNING: {SAMPLED_WARNING}", file=sys.stderr)
-        if short_warning(cand_stats):
-            print(f"WARNING: {short_warning(cand_stats)}", file=sys.stderr)
+        for warning in (SAMPLED_WARNING, short_warning(cand_stats)):
+            if warning:
+                print(f"WARNING: {warning}", file=sys.stderr)
     checkpoint("models", folder)
     stages.say(f"… {len(models)} model(s): fit, rank, metrics")
     with engine_of(cfg) as evaluate:

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 def _promote(folder: Path, uri: str, parent: str, tracker: Any) -> int:
     """Apply the run's ``gate.promote`` (saved in the folder) unless the parent run says it was
     applied: a run whose logging failed is promoted once it is logged, and only once."""
-    from harness.promote import DONE_TAG, PROMOTION_FILE, apply_promotion
+    from harness.promote import DONE_TAG, EXIT_REGISTRY_FAILED, PROMOTION_FILE, apply_promotion
 
     path = folder / PROMOTION_FILE
     if not path.is_file():
@@ -151,7 +151,7 @@ def _promote(folder: Path, uri: str, parent: str, tracker: Any) -> int:
         done = tracker.client.get_run(parent).data.tags.get(DONE_TAG)
     except Exception as err:
         print(f"error: registry promotion at {uri} failed ({type(err).__name__})", file=sys.stderr)
-        return 3
+        return EXIT_REGISTRY_FAILED
     if done is not None:
         print(f"promotion: already applied ({done})")
         return 0
