@@ -14,7 +14,7 @@ import harness.data as data
 from harness.errors import DataError
 
 SPELLINGS = st.one_of(
-    st.integers(-(10**17), 10**18).map(str),  # canonical, up to 18 digits and beyond
+    st.integers(-(10**18), 10**19).map(str),  # canonical, up to 19 digits and beyond int64
     st.integers(0, 10**12).map(lambda n: f"+{n}"),
     st.integers(0, 10**12).map(lambda n: f"00{n}"),
     st.integers(0, 10**12).map(lambda n: f" {n} "),
@@ -40,13 +40,15 @@ def test_the_cast_reads_what_the_digits_rule_reads(values, fmt):
     assert read(values, fmt, fast=True) == read(values, fmt, fast=False)
 
 
-@pytest.mark.parametrize("values", [["1600000000", "-5"], ["0", "17"]])
+@pytest.mark.parametrize(
+    "values", [["1600000000", "-5"], ["0", "17"], ["1700950463696325935", "-9223372036854775808"]]
+)
 def test_canonical_integers_take_the_cast(values):
     got = data._canonical_ints(pd.Series(pd.array(values, dtype="str")))
     assert got is not None and got.tolist() == [int(v) for v in values]
 
 
-@pytest.mark.parametrize("values", [["0x1f"], ["007"], ["+5"], [" 5"], ["1234567890123456789"]])
+@pytest.mark.parametrize("values", [["0x1f"], ["007"], ["+5"], [" 5"], ["9223372036854775808"]])
 def test_other_spellings_do_not(values):
     assert data._canonical_ints(pd.Series(pd.array(values, dtype="str"))) is None
 
