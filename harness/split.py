@@ -788,8 +788,8 @@ def _date_text(text: str, name: str) -> pd.Timestamp:
     from harness.data import DATE_LAYOUTS
 
     for group in DATE_LAYOUTS:
-        read = {fmt: pd.to_datetime(text.strip(), format=fmt, errors="coerce") for fmt in group}
-        found = {fmt: t for fmt, t in read.items() if not pd.isna(t)}
+        read = ((fmt, pd.to_datetime(text.strip(), format=fmt, errors="coerce")) for fmt in group)
+        found = {fmt: t for fmt, t in read if not pd.isna(t)}
         if len(set(found.values())) > 1:
             (a, ta), (b, tb) = found.items()
             raise ValueError(

@@ -134,6 +134,7 @@ def sample_negatives_spark(
     schema = "user " + test.schema["user"].dataType.simpleString() + ", _pos long, _j long"
     got = spark.createDataFrame([], schema)
     by_draw = Window.partitionBy("user").orderBy("_j")
+    n_short = 0  # users still short after MAX_ROUNDS (counted only when the rounds ran out)
     for _ in range(MAX_ROUNDS):
         short = state.filter(is_short)
         if short.limit(1).count() == 0:
@@ -163,7 +164,8 @@ def sample_negatives_spark(
             .drop("_now")
             .localCheckpoint()
         )
-    n_short = state.filter(is_short).count()  # still short after MAX_ROUNDS
+    else:
+        n_short = state.filter(is_short).count()
     everything = (
         state.filter((tgt > 0) & sf.col("_all"))
         .select("user")
