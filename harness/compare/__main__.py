@@ -11,7 +11,10 @@ with the ``compare`` and ``gate`` settings of the candidate's evaluation (its pa
 printed like the main run's (the model × metric table, the comparison per metric, each
 candidate's gate lines and the verdict), written as a report (``report.html``, ``report.md``)
 into ``--out`` (default: a new folder under ``runs/results/compare/``) and logged as a new run.
-Runs evaluated on different splits are refused. A parent run id (one whole evaluation) is
+Runs evaluated on different splits are refused, and so are runs on one split whose numbers
+measure different things: other candidates (``candidates.*``), metric conventions
+(``metrics.option.*``), truth (``metrics.relevance``) or, for a metric without a cutoff, list
+length (``metrics.k``). A parent run id (one whole evaluation) is
 refused too, with its model runs listed: pass two of them.
 
 Runs of ``engine=spark`` name their per-user table and top-k lists (Parquet folders with a
@@ -26,7 +29,7 @@ numbers. Segments need the split cached under ``RUNS_DIR/splits/<split.sha256>/`
 runs leave it); without it they are skipped with a note.
 
 Exit codes: 0 done (or GO with ``--enforce``), 2 bad input (unknown run, parent run, different
-splits, bad labels file, bad option), 3 MLflow unreachable or logging failed, 10 NO_GO,
+splits or settings, bad labels file, bad option), 3 MLflow unreachable or logging failed, 10 NO_GO,
 11 INCONCLUSIVE and 12 no decision (``--gate none``) with ``--enforce``.
 """
 
@@ -193,12 +196,17 @@ def _not_evaluated(client: Any, ref: str, name: str, version: str, uri: str, at:
 
 
 def _resolve(
-    client: Any, ref: str, uri: str, split: str | None = None, registry: str | None = None
+    client: Any,
+    ref: str,
+    uri: str,
+    other: Any = None,
+    registry: str | None = None,
 ) -> tuple[Any, str | None]:
     """The model run for a run id or a ``models:/`` ref, and a note saying which run a ref
     resolved to. A ref is the version it names (an alias: the version it points to now); its
-    run is the latest successful evaluation of that version, on ``split`` (the other side's
-    ``split.sha256``) when there is one; ``registry``: where aliases are read (default ``uri``).
+    run is the latest successful evaluation of that version, preferably on the split and the
+    candidates of ``other`` (the other side's run) when there is one; ``registry``: where
+    aliases are read (default ``uri``).
     An unknown id or a parent run (a whole evaluation, whose children are the model runs) is a
     ValueError."""
     from mlflow.exceptions import MlflowException
@@ -212,7 +220,13 @@ def _resolve(
             )
             experiments = [e.experiment_id for e in client.search_experiments()]
             found = []
-            for extra in ([f" and tags.`split.sha256` = '{split}'"] if split else []) + [""]:
+            tags = other.data.tags if other is not None else {}
+            same = [
+                f" and tags.`{k}` = '{tags[k]}'"
+                for k in ("split.sha256", "candidates.kind")
+                if k in tags
+            ]
+            for extra in ["".join(same[:i]) for i in range(len(same), 0, -1)] + [""]:
                 found = client.search_runs(
                     experiments,
                     filter_string=where + extra,
@@ -275,20 +289,64 @@ def _both(
     Two ``models:/`` refs whose latest runs differ in split: the first found is looked up again
     on the other's split, so the order of the arguments does not decide whether a pair exists."""
 
-    def split_of(run: Any) -> str | None:
-        return run.data.tags.get("split.sha256") if run is not None else None
+    def split_of(run: Any) -> tuple[str | None, ...]:
+        tags = run.data.tags if run is not None else {}
+        return tuple(tags.get(k) for k in ("split.sha256", "candidates.kind"))
 
     runs: list[Any] = [None, None]
     notes: list[str | None] = [None, None]
     order = sorted((1, 0), key=lambda i: refs[i].startswith("models:/"))
     for i in order:
-        runs[i], notes[i] = _resolve(client, refs[i], uri, split_of(runs[1 - i]), registry)
+        runs[i], notes[i] = _resolve(client, refs[i], uri, runs[1 - i], registry)
     first = order[0]
     if refs[first].startswith("models:/") and split_of(runs[0]) != split_of(runs[1]):
-        runs[first], notes[first] = _resolve(
-            client, refs[first], uri, split_of(runs[1 - first]), registry
-        )
+        runs[first], notes[first] = _resolve(client, refs[first], uri, runs[1 - first], registry)
     return runs, [n for n in notes if n]
+
+
+#: A sampled or file candidate set's parent params: what was ranked besides the split.
+_CANDIDATE_PARAMS = {"sampled": ("n_negatives", "sampling", "seed"), "file": ("path",)}
+
+
+def _settings(client: Any, run: Any) -> dict[str, str]:
+    """What decides a model run's numbers besides its split (``split.sha256``): the candidates
+    it ranked, the metric conventions (``metrics.option.*``), how its truth was built
+    (``metrics.relevance``, and the threshold of ratings) and the list length ``metrics.k``
+    (which metrics without a cutoff read to); the parent's config for what the child lacks."""
+    out = {k: v for k, v in run.data.params.items() if k.startswith("metrics.option.")}
+    kind = run.data.tags.get("candidates.kind", "full")
+    out["candidates.kind"] = kind
+    parent = run.data.tags.get("mlflow.parentRunId")
+    params = client.get_run(parent).data.params if parent else {}
+    keys = [f"candidates.{k}" for k in _CANDIDATE_PARAMS.get(kind, ())]
+    keys += ["metrics.relevance", "metrics.k"]
+    if params.get("metrics.relevance") == "rating":
+        keys.append("metrics.relevance_threshold")
+    out |= {k: params[k] for k in keys if k in params}
+    return out
+
+
+def _different_settings(
+    client: Any, runs: Sequence[Any], metric_names: Sequence[str]
+) -> str | None:
+    """Why the two runs' numbers measure different things though their split is the same (other
+    candidates, conventions or truth), or None. ``metrics.k`` counts only when a compared
+    metric has no cutoff (``mrr``, ``map``, ``r_precision``: they read the whole list)."""
+    import metrics
+
+    a, b = (_settings(client, r) for r in runs)
+    uncut = any(
+        metrics.parse(n).k is None and metrics.parse(n).definition.kind == "ranking"
+        for n in metric_names
+    )
+    keys = sorted(k for k in a.keys() | b.keys() if k != "metrics.k" or uncut)
+    differ = [f"{k} {a.get(k, '-')} vs {b.get(k, '-')}" for k in keys if a.get(k) != b.get(k)]
+    if not differ:
+        return None
+    return (
+        f"the runs were evaluated under different settings ({'; '.join(differ)}): their numbers "
+        "measure different things, so they cannot be compared; evaluate both the same way"
+    )
 
 
 def _labels(runs: list[Any], refs: Sequence[str]) -> list[str]:
@@ -760,6 +818,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 options=options,
             )
             labels = read_labels(cspec.human_labels) if cspec.human_labels else None
+            different = _different_settings(client, runs, metric_names)
+            if different:
+                raise ValueError(different)
             pair, segmented = compare(metric_names)
         same = _same_model(runs, (args.baseline, args.candidate))
         pair.notes = [

@@ -286,6 +286,25 @@ def test_compare_cli_recomputes_from_logged_runs_and_refuses_other_splits(gated)
     assert undecided.returncode == 12, undecided.stderr  # no gate, no decision: never a pass
     refused = cli(other_split_pop.info.run_id, knn.info.run_id)
     assert refused.returncode == 2 and "different splits" in refused.stderr
+    # the same split, ranked and judged otherwise: a random model among 5 sampled negatives
+    # "beats" popularity over the whole catalog, and other conventions move ndcg by themselves
+    sampled = _harness(
+        tmp_path,
+        "model=[popularity,random]",
+        "candidates=sampled",
+        "candidates.n_negatives=5",
+        "metrics.options.ideal_dcg=k",
+    )
+    assert sampled.returncode == 0, sampled.stderr
+    _, runs = _child_runs(tmp_path)
+    sampled_random = child(_parent_id(sampled), "random")
+    assert sampled_random.data.tags["split.sha256"] == pop.data.tags["split.sha256"]
+    refused = cli(pop.info.run_id, sampled_random.info.run_id, "--enforce")
+    assert refused.returncode == 2, refused.stdout
+    assert refused.stderr.startswith("error: the runs were evaluated under different settings")
+    assert "candidates.kind full vs sampled" in refused.stderr
+    assert "candidates.n_negatives - vs 5" in refused.stderr
+    assert "metrics.option.ideal_dcg relevant vs k" in refused.stderr
     _, after = _child_runs(tmp_path)
     assert any(r.data.tags.get("compare.candidate_run") == knn.info.run_id for r in after)
 
