@@ -223,12 +223,15 @@ def _candidate_run(
     return run, int(real.sum() - ok.sum())
 
 
-def _top_of(run: pd.DataFrame, k: int, options: metrics.Options) -> pd.DataFrame:
+def _top_of(
+    run: pd.DataFrame, k: int, options: metrics.Options, ids: pd.Series | None = None
+) -> pd.DataFrame:
     """The k best rows per user as a long table, in the metric library's order: score
     descending, ties by ``options.tie_break`` (ids compared as ``options.id_order`` says;
-    ``input_order``: the rows' order)."""
+    ``input_order``: the rows' order). ``ids``: the rows' item ids as the metrics will read
+    them (the truth's type, :func:`_in_truth_ids`) when they differ from ``run``'s."""
     ordered = run.reset_index(drop=True)
-    item = ordered["item"]
+    item = ordered["item"] if ids is None else ids.reset_index(drop=True)
     if options.id_order == "string" and pd.api.types.is_integer_dtype(item.dtype):
         item = item.astype(str)
     tie = np.arange(len(ordered)) if options.tie_break == "input_order" else item
@@ -241,14 +244,23 @@ def _top_of(run: pd.DataFrame, k: int, options: metrics.Options) -> pd.DataFrame
     return ordered[ordered["rank"] <= k][["user", "rank", "item", "score"]].reset_index(drop=True)
 
 
-def model_order_holds(options: metrics.Options, integer_ids: bool) -> bool:
+def model_order_holds(
+    options: metrics.Options, integer_ids: bool, integer_list: bool | None = None
+) -> bool:
     """True when a model's top-k list (score descending, ties by ascending item id) is already
     the top-k the metric conventions ask for: ``tie_break`` ``item_asc`` with ids in the order
     the model sorts them, or ``input_order`` (the model's list is the input), and ``ndcg_ties``
-    ``ordered``. Otherwise ties at the k-th score decide which items are in the list."""
+    ``ordered``. Otherwise ties at the k-th score decide which items are in the list.
+    ``integer_ids``: the truth's ids are integers; ``integer_list``: the list's are (default:
+    the same kind). Lists of text ids against integer truth (a score file with one non-integer
+    id) sort ties as text ("10" before "9"), which ``item_asc`` does not ask for."""
     if options.ndcg_ties != "ordered" or options.tie_break == "item_desc":
         return False
-    return not (options.tie_break == "item_asc" and options.id_order == "string" and integer_ids)
+    if options.tie_break == "input_order":
+        return True
+    if integer_list is not None and integer_list != integer_ids:
+        return False
+    return not (options.id_order == "string" and integer_ids)
 
 
 def _rating_metrics(
@@ -297,12 +309,19 @@ def _evaluate(
         )
         recs = outcome.recommendations
         scored = recs[["user", "item", "score"]]  # the model's scores: AUC counts ties as 1/2
-        if model_order_holds(options, pd.api.types.is_integer_dtype(qrels["item"].dtype)):
+        integer_ids = pd.api.types.is_integer_dtype(qrels["item"].dtype)
+        integer_list = pd.api.types.is_integer_dtype(recs["item"].dtype)
+        if model_order_holds(options, integer_ids, integer_list):
             # The model's order is the ranking: score by rank so no tie rule can reorder it.
             run = pd.DataFrame({"user": recs["user"], "item": recs["item"], "score": -recs["rank"]})
         else:
             tied = _with_ties(model, recs, suite.k)
-            outcome.recommendations = _top_of(tied, suite.k, options)
+            # ties ordered by the ids the metrics read (the truth's type); the lists keep the
+            # model's own ids
+            ids = None if integer_list == integer_ids else _in_truth_ids(tied, qrels, split)
+            outcome.recommendations = _top_of(
+                tied, suite.k, options, None if ids is None else ids["item"]
+            )
             run = scored = outcome.recommendations[["user", "item", "score"]]
     else:
         run, unscored = _candidate_run(model, candidates, users)
@@ -483,7 +502,43 @@ def _lists(model: Recommender, users: np.ndarray, k: int) -> pd.DataFrame:
         at, scores = rank_positions(users, k)
     else:
         at, scores = model.recommend(users, k)
-    return _recommendations(users, np.asarray(at), np.asarray(scores), catalog)
+    return _recommendations(users, *_checked_lists(model, users, k, at, scores), catalog)
+
+
+def _checked_lists(
+    model: Recommender, users: np.ndarray, k: int, at: Any, scores: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """A model's ``recommend`` output held to its contract, so no list is credited to another
+    user or silently lost: one row per user asked, ids and scores of one shape, at most ``k``
+    columns, scores finite or ``-inf`` (padding); whole-number float ids (``1.0``) become the
+    integer ids they name, as the data loader reads them."""
+    at, scores = np.asarray(at), np.asarray(scores)
+    name = f"{type(model).__name__}.recommend"
+    if at.ndim != 2 or at.shape != scores.shape or at.shape[0] != len(users) or at.shape[1] > k:
+        raise ValueError(
+            f"{name} returned ids of shape {at.shape} and scores of shape {scores.shape} for "
+            f"{len(users):,} users and k={k}: it must return one row per user asked, in their "
+            "order, of at most k columns (pad short lists with score -inf)"
+        )
+    scores = scores.astype(np.float64, copy=False)
+    bad = np.isnan(scores) | np.isposinf(scores)
+    if bad.any():
+        row, col = (int(x) for x in np.argwhere(bad)[0])
+        raise ValueError(
+            f"{name} scored user {plain(users[row])!r}'s item at rank {col + 1} "
+            f"{scores[row, col]}: scores must be finite (-inf marks padding)"
+        )
+    if at.dtype.kind == "f":
+        real = ~padding_mask(scores)
+        ids = at[real]
+        whole = np.isfinite(ids) & (ids == np.round(ids)) & (np.abs(ids) < 2.0**63)
+        if not whole.all():
+            raise ValueError(
+                f"{name} returned item id {float(ids[~whole][0])!r}, not a whole number: return the "
+                "item ids as they are in the data"
+            )
+        at = np.where(real, at, PAD_ITEM_INT).astype(np.int64)
+    return at, scores
 
 
 def _with_ties(model: Recommender, recs: pd.DataFrame, k: int) -> pd.DataFrame:

@@ -549,7 +549,7 @@ def run_models_spark(
     }
     options = metrics.resolve_options(**opts)
     # as in-process: a tie rule other than the models' needs the items tied with the k-th
-    holds = model_order_holds(options, _id_kind(qrels, "item") == "bigint")
+    truth_kind = _id_kind(qrels, "item")
     small = n_users * suite.k <= driver_rows  # bounds the lists' and per-user rows
     for name, model in models.items():
         kept = (reused or {}).get(name)  # finished by the interrupted run this one resumes
@@ -632,10 +632,13 @@ def run_models_spark(
                     outcome.info["scores_uri"] = scored_uri
                 by_file = users if mine is None else None  # over the catalog: the users ranked
                 _score_file_stats(spark, model, scores, sp.train, by_file, outcome, opts)
+                list_kind = _id_kind(lists, "item")
+                holds = model_order_holds(options, truth_kind == "bigint", list_kind == "bigint")
                 if mine is None and not holds:
                     tied_uri = _uri(where, "tied_rows.parquet")
                     tied = _tied_rows(spark, lists, suite.k, ties, tied_uri)
-                    lists = _top_spark(tied, suite.k, options)
+                    ids = _truth_item_ids(tied, sp, qrels) if list_kind != truth_kind else None
+                    lists = _top_spark(tied, suite.k, options, ids)
                 ranked = lists.select(
                     "user", sf.col("rank").cast("bigint").alias("rank"), "item", "score"
                 )
@@ -801,18 +804,23 @@ def _tied_rows(spark: SparkSession, lists: DataFrame, k: int, ties: Ties, uri: s
         lists.unpersist()
 
 
-def _top_spark(tied: DataFrame, k: int, options: metrics.Options) -> DataFrame:
+def _top_spark(
+    tied: DataFrame, k: int, options: metrics.Options, ids: DataFrame | None = None
+) -> DataFrame:
     """The in-process ``_top_of`` on Spark: each user's ``k`` rows of ``tied`` the metric
     conventions put first (score descending, ties by ``tie_break`` with ids compared as
     ``id_order`` says; ``input_order``: the model's order, the rows' order in-process), as
-    (user, rank, item, score)."""
+    (user, rank, item, score). ``ids`` (item, _id): the ids the metrics read, when they differ
+    from the listed ones (:func:`_truth_item_ids`); ties go by those, the lists keep their own."""
     from pyspark.sql import functions as sf
 
     from harness.spark.topk import topk_spark
 
     rows = tied.select("user", "item", "score", sf.col("rank").alias("_model_rank"))
+    if ids is not None:
+        rows = rows.join(sf.broadcast(ids), "item", "left")
     rows = _in_order(rows, options, "_model_rank")
-    top = topk_spark(rows, k, options.tie_break, options.id_order)
+    top = topk_spark(rows, k, options.tie_break, options.id_order, "item" if ids is None else "_id")
     return top.select("user", "rank", "item", "score")
 
 
@@ -824,17 +832,22 @@ def _in_order(rows: DataFrame, options: metrics.Options, rank: str = "rank") -> 
     return rows.orderBy("user", rank)
 
 
-def _in_truth_items(lists: DataFrame, sp: SparkSplit, qrels: DataFrame) -> DataFrame:
-    """``lists`` with item ids of the truth's type, as the in-process
-    ``harness.experiment._in_truth_ids``: text ids against integer truth ids (a score file
-    with a non-integer id compares its ids as text) become the item of the split's parts with
-    that text, any other (outside the data) a distinct integer above every id of those parts
-    (a miss, counted as one item). Unchanged when the types agree."""
+def _truth_item_ids(lists: DataFrame, sp: SparkSplit, qrels: DataFrame) -> DataFrame | None:
+    """(item, _id): each listed item's id as the truth's type, as the in-process
+    ``harness.experiment._in_truth_ids`` gives it; None when the types agree. Text ids against
+    integer truth ids (a score file with a non-integer id compares its ids as text): the item of
+    the split's parts with that text, any other (outside the data) a distinct integer above
+    every id of those parts (a miss, counted as one item). Integer ids against text truth ids:
+    their decimal text."""
     from pyspark.sql import Window
     from pyspark.sql import functions as sf
 
-    if _id_kind(qrels, "item") != "bigint" or _id_kind(lists, "item") != "string":
-        return lists
+    truth, listed = _id_kind(qrels, "item"), _id_kind(lists, "item")
+    if truth == listed:
+        return None
+    if truth != "bigint":
+        items = lists.select("item").distinct()
+        return items.select("item", sf.col("item").cast("string").alias("_id"))
     known = _split_items_spark(sp, "bigint").select(
         sf.col("item").cast("string").alias("item"), sf.col("item").alias("_id")
     )
@@ -843,7 +856,17 @@ def _in_truth_items(lists: DataFrame, sp: SparkSplit, qrels: DataFrame) -> DataF
     outside = lists.select("item").distinct().join(known, "item", "left_anti")
     number = sf.row_number().over(Window.orderBy("item"))  # the few items outside the data
     numbered = outside.select("item", (sf.lit(top) + number).cast("bigint").alias("_id"))
-    ids = known.unionByName(numbered)
+    return known.unionByName(numbered)
+
+
+def _in_truth_items(lists: DataFrame, sp: SparkSplit, qrels: DataFrame) -> DataFrame:
+    """``lists`` with item ids of the truth's type (:func:`_truth_item_ids`); unchanged when
+    the types agree."""
+    from pyspark.sql import functions as sf
+
+    ids = _truth_item_ids(lists, sp, qrels)
+    if ids is None or _id_kind(qrels, "item") != "bigint":
+        return lists
     return lists.join(sf.broadcast(ids), "item", "left").select(
         "user", "rank", sf.col("_id").alias("item"), "score"
     )

@@ -13,14 +13,18 @@ if TYPE_CHECKING:
 
 
 def topk_spark(
-    scores_df: DataFrame, k: int, tie_break: str = "item_asc", id_order: str = "natural"
+    scores_df: DataFrame,
+    k: int,
+    tie_break: str = "item_asc",
+    id_order: str = "natural",
+    tie_column: str = "item",
 ) -> DataFrame:
     """Each user's ``k`` best rows of a (user, item, score) table, with a 1-based ``rank``.
 
     Order: score descending, then the tie rule of ``metrics`` (``item_asc``, ``item_desc`` or
     ``input_order`` = Spark's row order), ids compared as ``id_order`` says (``string``: an
-    integer id by its decimal text, as ``metrics`` and trec_eval compare them). Scores must be
-    finite, as in ``metrics.evaluate``.
+    integer id by its decimal text, as ``metrics`` and trec_eval compare them); ``tie_column``:
+    the column of ids ties are ordered by. Scores must be finite, as in ``metrics.evaluate``.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as sf
@@ -35,8 +39,8 @@ def topk_spark(
         df = df.withColumn("_topk_row", sf.monotonically_increasing_id())
         tie = sf.col("_topk_row").asc()
     else:
-        item = sf.col("item")
-        if id_order == "string" and _is_integer_type(df.schema["item"].dataType):
+        item = sf.col(tie_column)
+        if id_order == "string" and _is_integer_type(df.schema[tie_column].dataType):
             item = item.cast("string")
         tie = item.asc() if tie_break == "item_asc" else item.desc()
     order = Window.partitionBy("user").orderBy(sf.col("score").desc(), tie)

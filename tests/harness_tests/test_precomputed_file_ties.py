@@ -89,3 +89,43 @@ def test_input_order_metrics_follow_the_file(setting, tmp_path: Path) -> None:
 def test_an_unknown_tie_order_is_refused() -> None:
     with pytest.raises(ValueError, match="'ties' must be one of"):
         PrecomputedScores("x.csv", ties="rank")
+
+
+def test_one_text_id_in_the_file_keeps_the_integer_tie_order(setting, tmp_path: Path) -> None:
+    """A row whose item id is not an integer (``x``, for a user outside the test) makes the
+    file's item column text; ties still go by ascending item *number* (9 before 10), as the
+    truth's integer ids compare, not as text: the lists and NDCG equal the hand-computed ones
+    of the all-integer file."""
+    frame, split, table, _ = setting
+    text = pd.concat(
+        [
+            table.astype({"item": str}),
+            pd.DataFrame({"user": [10**7], "item": ["x"], "score": [1.0]}),
+        ]
+    )
+    path = tmp_path / "text_scores.csv"
+    text.to_csv(path, index=False)
+    suite = MetricSuite(K, (f"ndcg@{K}",))
+    result = run_models(
+        Dataset("synthetic", frame, "synthetic"),
+        split,
+        {"file": PrecomputedScores(path)},
+        suite,
+        tmp_path / "out",
+        progress=False,
+    )
+    outcome = result.outcomes["file"]
+    assert outcome.ok, outcome.error
+    lists = _expected(table, by_item=True)  # ties by the integer id
+    got = outcome.recommendations.groupby("user")["item"].agg(lambda s: [int(x) for x in s])
+    tested = [u for u in got.index if u in set(split.test["user"])]
+    assert tested and all(got[u] == lists[u] for u in tested)
+    as_text = table.astype({"item": str})  # ties by the text ("10" before "9"): other lists
+    text_lists = _expected(as_text, by_item=True)
+    assert any([str(i) for i in lists[u]] != text_lists[u] for u in tested)
+    truth = split.test.groupby("user")["item"].agg(set)
+    for user, value in outcome.evaluation.per_user[f"ndcg@{K}"].items():
+        relevant, items = truth[user], lists.get(user, [])
+        dcg = sum(1 / math.log2(r + 2) for r, item in enumerate(items) if item in relevant)
+        ideal = sum(1 / math.log2(r + 2) for r in range(min(K, len(relevant))))
+        assert value == pytest.approx(dcg / ideal, abs=1e-12), user
