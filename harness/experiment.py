@@ -33,6 +33,7 @@ from harness.models import (
     PAD_ITEM_INT,
     PAD_ITEM_OBJECT,
     Recommender,
+    checked_lists,
     padding_mask,
 )
 from harness.split import Split
@@ -502,43 +503,7 @@ def _lists(model: Recommender, users: np.ndarray, k: int) -> pd.DataFrame:
         at, scores = rank_positions(users, k)
     else:
         at, scores = model.recommend(users, k)
-    return _recommendations(users, *_checked_lists(model, users, k, at, scores), catalog)
-
-
-def _checked_lists(
-    model: Recommender, users: np.ndarray, k: int, at: Any, scores: Any
-) -> tuple[np.ndarray, np.ndarray]:
-    """A model's ``recommend`` output held to its contract, so no list is credited to another
-    user or silently lost: one row per user asked, ids and scores of one shape, at most ``k``
-    columns, scores finite or ``-inf`` (padding); whole-number float ids (``1.0``) become the
-    integer ids they name, as the data loader reads them."""
-    at, scores = np.asarray(at), np.asarray(scores)
-    name = f"{type(model).__name__}.recommend"
-    if at.ndim != 2 or at.shape != scores.shape or at.shape[0] != len(users) or at.shape[1] > k:
-        raise ValueError(
-            f"{name} returned ids of shape {at.shape} and scores of shape {scores.shape} for "
-            f"{len(users):,} users and k={k}: it must return one row per user asked, in their "
-            "order, of at most k columns (pad short lists with score -inf)"
-        )
-    scores = scores.astype(np.float64, copy=False)
-    bad = np.isnan(scores) | np.isposinf(scores)
-    if bad.any():
-        row, col = (int(x) for x in np.argwhere(bad)[0])
-        raise ValueError(
-            f"{name} scored user {plain(users[row])!r}'s item at rank {col + 1} "
-            f"{scores[row, col]}: scores must be finite (-inf marks padding)"
-        )
-    if at.dtype.kind == "f":
-        real = ~padding_mask(scores)
-        ids = at[real]
-        whole = np.isfinite(ids) & (ids == np.round(ids)) & (np.abs(ids) < 2.0**63)
-        if not whole.all():
-            raise ValueError(
-                f"{name} returned item id {float(ids[~whole][0])!r}, not a whole number: return the "
-                "item ids as they are in the data"
-            )
-        at = np.where(real, at, PAD_ITEM_INT).astype(np.int64)
-    return at, scores
+    return _recommendations(users, *checked_lists(model, users, k, at, scores), catalog)
 
 
 def _with_ties(model: Recommender, recs: pd.DataFrame, k: int) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from harness.models.base import (
     PAD_ITEM_OBJECT,
     BaseRecommender,
     Recommender,
+    checked_lists,
     padding_mask,
     topk_rows,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "RandomModel",
     "Recommender",
     "check_options",
+    "checked_lists",
     "model_class",
     "padding_mask",
     "topk_rows",

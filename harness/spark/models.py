@@ -580,7 +580,7 @@ def _recommend_partition(model: Any, k: int, batch: int, item_kind: str, frames:
     """``mapInPandas`` body: each batch of users → the fitted model's lists, padding dropped.
     Rows with a ``_seen`` list of ``_n`` items (a model fitted on a sample): the top ``k + _n``
     less the seen items, cut to ``k`` (users in batches of similar ``_n``)."""
-    from harness.models import padding_mask
+    from harness.models import checked_lists, padding_mask
 
     for frame in frames:
         users = frame["user"].to_numpy()
@@ -594,8 +594,7 @@ def _recommend_partition(model: Any, k: int, batch: int, item_kind: str, frames:
         for start in range(0, users.size, batch):
             part = users[start : start + batch]
             extra = 0 if n_seen is None else int(n_seen[start : start + batch].max(initial=0))
-            ids, scores = model.recommend(part, k + extra)
-            ids, scores = np.asarray(ids), np.asarray(scores, dtype=np.float64)
+            ids, scores = checked_lists(model, part, k + extra, *model.recommend(part, k + extra))
             width = ids.shape[1]
             keep = ~padding_mask(scores)
             if extra and seen is not None and n_seen is not None:

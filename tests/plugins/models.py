@@ -54,3 +54,12 @@ class FailsToBuild:
 
     def __init__(self) -> None:
         raise ValueError("deliberate failure in __init__")
+
+
+class NanSecond(MostRecent):
+    """Breaks the contract: every list's second score is NaN."""
+
+    def recommend(self, users: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        ids, scores = super().recommend(users, k)
+        scores[:, 1] = np.nan
+        return ids, scores

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.experiment import _recommendations
+from harness.experiment import _lists, _recommendations
 from harness.models import ImplicitItemCosine, PopularityModel, PrecomputedScores, RandomModel
 from harness.spark.io import _frame
 from harness.spark.models import (
@@ -222,6 +222,31 @@ def test_plugin_models_scored_per_partition_equal_in_process(
         spark, fitted, users_frame(spark, users).repartition(3), K, item_kind=kind, batch_users=7
     )
     same_lists(expected, collected(got))
+
+
+def test_a_plugin_breaking_its_contract_fails_as_in_process(spark: Any, tmp_path: Path) -> None:
+    """A NaN score is the in-process error line (``harness.models.checked_lists``), raised in
+    the Python workers, not a list silently cut short."""
+    import shutil
+
+    import plugins.models
+
+    from harness.spark.session import _python_errors
+
+    train = events(False).assign(timestamp=0)
+    users = np.sort(requested(train, False))
+    fitted = fit_plugin(plugins.models.NanSecond(), _frame(spark, train, "train"))
+    message = f"^NanSecond.recommend scored user {int(users[0])}'s item at rank 2 nan: scores"
+    with pytest.raises(ValueError, match=message):
+        _lists(fitted, users, K)
+    # the workers import the model's class: ship tests/plugins to them
+    package = Path(plugins.models.__file__).parent
+    shipped = shutil.make_archive(str(tmp_path / "plugins"), "zip", package.parent, package.name)
+    spark.sparkContext.addPyFile(shipped)
+    lists = plugin_topk(spark, fitted, users_frame(spark, users), K, item_kind="bigint")
+    wanted = r"^NanSecond.recommend scored user \d+'s item at"
+    with pytest.raises(ValueError, match=wanted), _python_errors():
+        collected(lists)
 
 
 def clustered(seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
