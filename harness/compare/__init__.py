@@ -29,6 +29,7 @@ __all__ = [
     "PairComparison",
     "SegmentData",
     "add_labels_rows",
+    "bucket_metrics",
     "compare_models",
     "compare_pair",
     "compared_metrics",
@@ -332,6 +333,29 @@ def dropped_notes(table: pd.DataFrame) -> list[str]:
     return notes
 
 
+def bucket_metrics(names: Sequence[str], candidates: str = "full") -> tuple[list[str], str | None]:
+    """The metrics compared on item buckets, and a note naming those left out. Buckets judge
+    the saved top-k lists: over the full catalog those are what every ranking metric read; with
+    ``candidates`` ``sampled`` or ``file`` a metric without a cutoff (``mrr``, ``map``,
+    ``r_precision``) read each user's whole ranked candidate list, which is not kept, so it
+    has no bucket rows rather than other numbers than its ``all`` row."""
+    ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
+    if candidates == "full":
+        return ranked, None
+    cut = [
+        n
+        for n in ranked
+        if metrics.parse(n).k is not None and metrics.parse(n).definition.depth == "cutoff"
+    ]
+    left = [n for n in ranked if n not in cut]
+    if not left:
+        return cut, None
+    return cut, (
+        f"item buckets: no rows of {', '.join(left)}: with candidates={candidates} they read each "
+        "user's whole ranked candidate list, and the buckets judge the top-k lists"
+    )
+
+
 def compare_pair(
     baseline: str,
     candidate: str,
@@ -345,6 +369,7 @@ def compare_pair(
     recs: tuple[pd.DataFrame, pd.DataFrame] | None = None,
     options: Mapping[str, Any] | None = None,
     evaluate: Callable[..., metrics.Evaluation] = metrics.evaluate,
+    candidates: str = "full",
 ) -> PairComparison:
     """Compare ``candidate`` with ``baseline`` on every metric, overall and per segment.
 
@@ -367,10 +392,11 @@ def compare_pair(
             keep = a.index.isin(users)
             rows += _rows(a[keep], b[keep], names, seg, spec, None, pooled)
         if qrels is not None and recs is not None:
-            ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
+            ranked, left = bucket_metrics(names, candidates)
             buckets = _bucket_tables(
                 qrels, recs, ranked, segments.item_bucket, options or {}, evaluate
             )
+            notes += [left] if left and buckets else []
             for bucket, (pa, pb) in buckets.items():
                 rows += _rows(pa, pb, ranked, f"items:{bucket}", spec, None, pooled)
     table = comparison_table(rows, spec)
@@ -514,6 +540,7 @@ def compare_models(
                 recs=(base.recommendations, outcome.recommendations),
                 options=result.suite.evaluate_options(),
                 evaluate=evaluate,
+                candidates=str(result.candidates.get("candidates.kind", "full")),
             )
         )
     if spec.human_labels and pairs:

@@ -532,10 +532,12 @@ def _on_driver(
     split_dir: Path,
     options: dict[str, Any],
     relevance: str,
+    candidates: str = "full",
 ) -> tuple[list[str], Any]:
     """The compared metrics and a function comparing them in-process
     (:func:`harness.compare.compare_pair`, metric ``options`` as :func:`_options`, the truth
-    by ``relevance``), with segments when the split is cached."""
+    by ``relevance``, what was ranked: ``candidates.kind``), with segments when the split is
+    cached."""
     pu_a, pu_b = (
         p if isinstance(p, pd.DataFrame) else _driver_frame(p, ["user"]).set_index("user")
         for p in (logged[0].per_user, logged[1].per_user)
@@ -564,6 +566,7 @@ def _on_driver(
             qrels=qrels,
             recs=(top_a, top_b) if top_a is not None and top_b is not None else None,
             options=options,
+            candidates=candidates,
         )
         return pair, segments is not None
 
@@ -598,10 +601,13 @@ def _on_spark(
     scratch: Path,
     options: dict[str, Any],
     relevance: str,
+    candidates: str = "full",
 ) -> tuple[list[str], Any]:
     """The compared metrics and a function comparing them with the per-user tables kept in
     Spark (:func:`harness.spark.compare.compare_spark`; segments from the cached split;
-    metric ``options`` as :func:`_options`, the truth by ``relevance``)."""
+    metric ``options`` as :func:`_options`, the truth by ``relevance``, what was ranked:
+    ``candidates.kind``)."""
+    from harness.compare import bucket_metrics
     from harness.spark.compare import bucket_tables_spark, compare_spark, segments_spark
     from harness.spark.io import _frame
     from harness.spark.pipeline import qrels_spark
@@ -624,7 +630,6 @@ def _on_spark(
     columns = [c for c in pu[0].columns if c != "user"]
 
     def run(metric_names: Sequence[str]) -> tuple[PairComparison, bool]:
-        import metrics
 
         segments = buckets = None
         if cspec.segments and (split_dir / "train.parquet").exists():
@@ -633,11 +638,7 @@ def _on_spark(
             qrels = qrels_spark(test, relevance)
             segments = segments_spark(train, qrels.select("user").distinct(), cspec)
             if tops[0] is not None and tops[1] is not None and segments.item_bucket is not None:
-                ranked = [
-                    n
-                    for n in metric_names
-                    if n in columns and metrics.parse(n).definition.kind == "ranking"
-                ]
+                ranked = bucket_metrics([n for n in metric_names if n in columns], candidates)[0]
                 buckets = bucket_tables_spark(
                     qrels,
                     (tops[0], tops[1]),
@@ -657,6 +658,7 @@ def _on_spark(
             segments=segments,
             buckets=buckets,
             options=options,
+            candidates=candidates,
         )
         return pair, segments is not None
 
@@ -796,6 +798,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             logged = [_logged(client, r, Path(tmp) / str(i)) for i, r in enumerate(runs)]
             res_a, res_b = logged[0].result, logged[1].result
             options, relevance = _options(runs, logged), _relevance(client, runs[0])
+            kind = str(runs[0].data.tags.get("candidates.kind", "full"))  # both: else refused
             if _engine(args.engine, logged, args.driver_rows) == "spark":
                 rows = ", ".join(
                     f"{n} {'?' if x.rows is None else f'{x.rows:,}'}"
@@ -804,10 +807,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"comparing in Spark (--engine {args.engine}; per-user rows: {rows})")
                 spark = stack.enter_context(_session(args.spark_master))
                 columns, compare = _on_spark(
-                    spark, names, logged, cspec, split_dir, Path(tmp), options, relevance
+                    spark, names, logged, cspec, split_dir, Path(tmp), options, relevance, kind
                 )
             else:
-                columns, compare = _on_driver(names, logged, cspec, split_dir, options, relevance)
+                columns, compare = _on_driver(
+                    names, logged, cspec, split_dir, options, relevance, kind
+                )
             metric_names = list(cspec.metrics or columns)
             gspec = check_gate(  # a rule on a metric these runs lack: one line, exit 2
                 gspec,

@@ -53,6 +53,7 @@ from harness.compare import (
     CompareSpec,
     PairComparison,
     add_labels_rows,
+    bucket_metrics,
     compared_metrics,
     comparison_table,
     dropped_notes,
@@ -598,6 +599,7 @@ def compare_spark(
     buckets: Mapping[str, Sequence[DataFrame]] | None = None,
     max_differences: int = 200_000,
     options: Mapping[str, Any] | None = None,
+    candidates: str = "full",
 ) -> PairComparison:
     """:func:`harness.compare.compare_pair` of two per-user Spark tables (``user`` plus one
     column per metric): the same rows, numbers and notes, from two aggregations.
@@ -616,7 +618,7 @@ def compare_spark(
     names = [n for n in names if n in per_user_a.columns and n in per_user_b.columns]
     pooled = pooled_metrics(names, options)
     hibs = [metrics.parse(n).definition.higher_is_better for n in names]
-    ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
+    ranked, left = bucket_metrics(names, candidates)
     rows = _stacked(per_user_a, per_user_b, names, segments, buckets or {}, ranked)
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -634,6 +636,8 @@ def compare_spark(
             n_both = int(first.loc["all", "users"]) - only
             n_a, n_b = (n_both + int(first.loc["all", f"only_{s}"]) for s in "ab")
             notes.append(paired_note(baseline, candidate, n_both, n_a, n_b))
+        if buckets and left:
+            notes.append(left)
         large = [
             seg
             for seg in first.index
@@ -690,6 +694,7 @@ def compare_models_spark(
     recs: Mapping[str, DataFrame] | None = None,
     options: Mapping[str, Any] | None = None,
     folder: str | os.PathLike[str] | None = None,
+    candidates: str = "full",
 ) -> tuple[list[PairComparison], list[str]]:
     """:func:`harness.compare.compare_models` on Spark: every model of ``per_user`` against
     ``spec.baseline``. With ``spec.segments``, ``train``, ``qrels`` (``user, item,
@@ -711,19 +716,19 @@ def compare_models_spark(
     segments = None
     if spec.segments and train is not None and qrels is not None:
         segments = segments_spark(train, qrels.select("user").distinct(), spec)
-    ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
-    candidates = [name for name in per_user if name != spec.baseline]
-    compared = [spec.baseline, *candidates]  # bucket_tables_spark's order: baseline first
+    ranked = bucket_metrics(names, candidates)[0]
+    others = [name for name in per_user if name != spec.baseline]
+    compared = [spec.baseline, *others]  # bucket_tables_spark's order: baseline first
     per_bucket: dict[str, tuple[DataFrame, ...]] = {}
     if segments is not None and segments.item_bucket is not None and recs is not None:
-        for name in candidates:  # the checks of one call per pair, in its order
+        for name in others:  # the checks of one call per pair, in its order
             if spec.baseline not in recs or name not in recs:
                 raise RuntimeError(
                     f"{spec.baseline} or {name} was evaluated without its top-k lists"
                 )
             if folder is None or qrels is None:
                 raise ValueError("item-bucket segments need qrels= and folder=")
-        if candidates and folder is not None and qrels is not None:
+        if others and folder is not None and qrels is not None:
             # every compared model's lists judged once, per bucket, in one evaluation
             per_bucket = bucket_tables_spark(
                 qrels, [recs[n] for n in compared], ranked, segments.item_bucket, folder, options
@@ -744,6 +749,7 @@ def compare_models_spark(
                 segments=segments,
                 buckets=buckets,
                 options=options,
+                candidates=candidates,
             )
         )
     if spec.human_labels and pairs:

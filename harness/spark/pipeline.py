@@ -1152,5 +1152,6 @@ def compare_result_spark(
         recs={n: tables.lists[n] for n in ok},
         options=result.suite.evaluate_options(),
         folder=_uri(tables.base, "comparison"),
+        candidates=str(result.candidates.get("candidates.kind", "full")),
     )
     return pairs, notes

@@ -238,6 +238,22 @@ def test_sampled_candidates_metrics_equal_in_process(
         assert np.isfinite(got.outcomes["bias"].evaluation.summary[metric])
     assert np.isfinite(got.outcomes["bias"].evaluation.summary["rmse"])
     assert np.isnan(got.outcomes["popularity"].evaluation.summary["rmse"])
+    if not text:  # the comparison: item buckets only of the metrics the top-k lists hold
+        from harness.compare import CompareSpec, compare_models
+        from harness.spark.pipeline import compare_result_spark
+
+        for run in (want, got):
+            run.candidates = {"candidates.kind": "sampled"}
+        spec = CompareSpec(baseline="popularity", n_resamples=50)
+        found = compare_result_spark(got, spec)
+        assert found is not None
+        pairs = {p.candidate: p for p in found[0]}
+        for pair in compare_models(want, spec)[0]:
+            mine = pairs[pair.candidate]
+            rows = mine.table.loc[mine.table["segment"].str.startswith("items:"), "metric"]
+            assert set(rows) == {"ndcg@5", "recall@5"}, pair.candidate
+            assert mine.notes == pair.notes
+            assert mine.notes[0].startswith("item buckets: no rows of map, mrr: with candidates")
 
 
 def candidates_file(frame: pd.DataFrame, path: Path) -> str:
