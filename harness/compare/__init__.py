@@ -8,8 +8,10 @@ table, one row per (segment, metric), with the effect, its confidence interval, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -146,6 +148,13 @@ def _counts(values: pd.Series, keys: np.ndarray | None = None) -> pd.Series:
     return counts if keys is None else counts.reindex(keys, fill_value=0)
 
 
+def share(value: float) -> Decimal:
+    """A share as the decimal it is written as (``0.07``, not the double just above it): the
+    number of items ``share · n`` is then exact, as the config means it (7 of 100 items, not
+    8), in both engines."""
+    return Decimal(repr(float(value)))
+
+
 def segment_data(train: pd.DataFrame, test_users: np.ndarray, spec: CompareSpec) -> SegmentData:
     """Cold users (at most ``cold_max_events`` training events), heavy users (activity at or
     above the ``heavy_quantile`` of test users) and item popularity buckets (head: the most
@@ -156,7 +165,7 @@ def segment_data(train: pd.DataFrame, test_users: np.ndarray, spec: CompareSpec)
     order = np.lexsort((popularity.index.to_numpy(), -popularity.to_numpy()))
     ranked = popularity.index.to_numpy()[order]
     n = len(ranked)
-    n_head, n_tail = int(np.ceil(spec.head_share * n)), int(np.floor(spec.tail_share * n))
+    n_head, n_tail = math.ceil(share(spec.head_share) * n), math.floor(share(spec.tail_share) * n)
     bucket = np.full(n, "mid", dtype=object)
     bucket[:n_head] = "head"
     if n_tail:

@@ -61,6 +61,7 @@ from harness.compare import (
     paired_note,
     pooled_metrics,
     segment_definitions,
+    share,
 )
 from metrics import stats
 from metrics.checks import require_columns, require_int
@@ -155,10 +156,12 @@ def segments_spark(train: DataFrame, test_users: DataFrame, spec: CompareSpec) -
     pos = sf.row_number().over(order) - 1
     everyone = order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     n_items = sf.count(sf.lit(1)).over(everyone)
-    n_head = sf.ceil(sf.lit(float(spec.head_share)) * n_items)  # the doubles of np.ceil/floor
-    n_tail = sf.floor(sf.lit(float(spec.tail_share)) * n_items)
-    # in-process the tail is written after the head: an item in both is tail (100 items,
-    # head_share 0.07, tail_share 0.93: 0.07 * 100 = 7.000000000000001, so 8 head, 93 tail)
+    # exact decimal products, as in-process (:func:`harness.compare.share`): 7 of 100 items
+    # for 0.07, not the 8 of the double 7.000000000000001
+    exact = n_items.cast("decimal(20,0)")
+    n_head = sf.ceil(exact * sf.lit(share(spec.head_share)))
+    n_tail = sf.floor(exact * sf.lit(share(spec.tail_share)))
+    # in-process the tail is written after the head: an item in both is tail
     bucket = (
         sf.when((n_tail > 0) & (pos >= n_items - n_tail), "tail")
         .when(pos < n_head, "head")

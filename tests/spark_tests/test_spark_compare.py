@@ -242,20 +242,21 @@ def test_linear_quantile_from_counts_is_numpys() -> None:
         assert got == pytest.approx(float(np.quantile(x, q)), rel=1e-12, abs=1e-12)
 
 
-def test_item_in_head_and_tail_is_tail_as_in_process(spark: Any) -> None:
-    """100 items, head_share 0.07, tail_share 0.93: 0.07 * 100 = 7.000000000000001, so ceil
-    gives 8 head items and floor 93 tail items; the item at position 7 is in both, and
-    in-process writes the tail last. Expected by hand: 7 head, 0 mid, 93 tail."""
+def test_bucket_sizes_are_the_shares_as_written_in_both_engines(spark: Any) -> None:
+    """100 items, head_share 0.07, tail_share 0.57: the doubles 0.07 * 100 = 7.000000000000001
+    and 0.57 * 100 = 56.99999999999999 would give ceil 8 head and floor 56 tail items; the
+    shares as written give 7 and 57. Expected by hand: 7 head, 36 mid, 57 tail."""
     rng = np.random.default_rng(4)
     popular = np.repeat(np.arange(100), np.arange(100, 0, -1))  # item i trained 100 - i times
     train = pd.DataFrame({"user": rng.integers(0, 30, popular.size), "item": popular})
-    spec = CompareSpec(head_share=0.07, tail_share=0.93)
+    spec = CompareSpec(head_share=0.07, tail_share=0.57)
+    assert 0.07 * 100 > 7 and 0.57 * 100 < 57  # the doubles are off
     got = segments_spark(
         _frame(spark, train, "train"), _frame(spark, train[["user"]], "users"), spec
     ).item_bucket
     assert got is not None
     mine = got.toPandas().set_index("item")["bucket"].sort_index()
-    expected = pd.Series(["head"] * 7 + ["tail"] * 93, index=np.arange(100))
+    expected = pd.Series(["head"] * 7 + ["mid"] * 36 + ["tail"] * 57, index=np.arange(100))
     assert mine.tolist() == expected.tolist() and mine.index.tolist() == list(range(100))
     ref = segment_data(train, np.sort(train["user"].unique()), spec).item_bucket
     assert ref.sort_index().tolist() == expected.tolist()
