@@ -294,8 +294,9 @@ def exposure(in_group: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.nd
 
 @dataclass(frozen=True)
 class GroupGap:
-    """Gap of a metric between user groups: largest minus smallest group mean, its percentile
-    bootstrap CI (users resampled within each group), each group's mean and size."""
+    """Gap of a metric between user groups: largest minus smallest group mean, the percentile
+    bootstrap CI of the difference between those two groups (users resampled within each
+    group; it may reach below 0 when the groups are alike), each group's mean and size."""
 
     metric: str
     gap: float
@@ -360,7 +361,11 @@ def group_gap(
             for i, c in enumerate(columns)
         ]
     )
-    spread = resampled.max(axis=1) - resampled.min(axis=1)
+    # the CI of the difference between the groups highest and lowest in the data: the
+    # resampled max − min is biased upward (the largest of noisy means), so its interval can
+    # lie wholly above the estimate when the groups are alike; this one may reach below 0
+    high, low = int(np.argmax(means)), int(np.argmin(means))
+    spread = resampled[:, high] - resampled[:, low]
     used = keep & np.isin(label_text, names)
     return GroupGap(
         metric=metric,

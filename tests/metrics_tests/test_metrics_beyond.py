@@ -471,6 +471,28 @@ def test_group_gap_means_and_ci() -> None:
         group_gap(per_user, labels, "recall@10")
 
 
+def test_group_gap_ci_of_alike_groups_holds_the_estimate() -> None:
+    """Three groups drawn alike: the largest minus the smallest group mean is small, and the
+    max − min of resampled means is biased upward (its interval could lie wholly above the
+    estimate). The CI is that of the difference between the two groups highest and lowest in
+    the data: it holds the estimate, reaches below 0, and matches the normal interval
+    ``diff ± 1.96·√(s²_hi/n_hi + s²_lo/n_lo)`` within Monte-Carlo error."""
+    users = pd.Index(range(1500), name="user")
+    hits = {"a": 150, "b": 151, "c": 149}  # of 500 users each: 0.004 apart at most
+    values = np.concatenate([np.r_[np.ones(k), np.zeros(500 - k)] for k in hits.values()])
+    labels = pd.Series(np.repeat(list(hits), 500), index=users)
+    per_user = pd.DataFrame({"hit": values}, index=users)
+    gap = group_gap(per_user, labels, "hit", n_resamples=4000)
+    means = {g: values[labels.to_numpy() == g].mean() for g in "abc"}
+    high, low = max(means, key=means.get), min(means, key=means.get)
+    assert gap.gap == pytest.approx(means[high] - means[low])
+    assert gap.ci[0] < 0 < gap.gap < gap.ci[1]
+    x, y = (values[labels.to_numpy() == g] for g in (high, low))
+    half = 1.959964 * np.sqrt(x.var(ddof=1) / x.size + y.var(ddof=1) / y.size)
+    assert gap.ci[0] == pytest.approx(gap.gap - half, abs=0.006)
+    assert gap.ci[1] == pytest.approx(gap.gap + half, abs=0.006)
+
+
 # -------------------------------------------------------------------- gate guardrail (e2e)
 
 
