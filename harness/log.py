@@ -105,11 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         configure_http(tracking.get("retries", 2), tracking.get("timeout", 60))
         tracker = Tracker(str(uri), experiment, artifacts, quiet=True)  # one line, no traceback
-        before = [
-            r
-            for r in tracker.find({FOLDER_TAG: the_plan["folder_id"]})
-            if "mlflow.parentRunId" not in r.data.tags
-        ]
+        from_folder = tracker.find({FOLDER_TAG: the_plan["folder_id"]})
+        ids_here = {r.info.run_id for r in from_folder}  # a sweep job's parent has a parent too
+        before = [r for r in from_folder if r.data.tags.get("mlflow.parentRunId") not in ids_here]
         ids = replay(tracker, the_plan, args.folder)
     except _Interrupted as stop:
         left = tracker.abort("KILLED") if tracker is not None else []
@@ -142,7 +140,14 @@ def main(argv: list[str] | None = None) -> int:
 def _promote(folder: Path, uri: str, parent: str, tracker: Any) -> int:
     """Apply the run's ``gate.promote`` (saved in the folder) unless the parent run says it was
     applied: a run whose logging failed is promoted once it is logged, and only once."""
-    from harness.promote import DONE_TAG, EXIT_REGISTRY_FAILED, PROMOTION_FILE, apply_promotion
+    from harness.folders import run_info
+    from harness.promote import (
+        DONE_TAG,
+        EXIT_REGISTRY_FAILED,
+        PROMOTION_FILE,
+        apply_promotion,
+        stamp_date,
+    )
 
     path = folder / PROMOTION_FILE
     if not path.is_file():
@@ -155,7 +160,8 @@ def _promote(folder: Path, uri: str, parent: str, tracker: Any) -> int:
     if done is not None:
         print(f"promotion: already applied ({done})")
         return 0
-    return apply_promotion(json.loads(path.read_text()), uri, parent)
+    started = stamp_date(str(run_info(folder).get("stamp", "")))  # for a spec without a date
+    return apply_promotion(json.loads(path.read_text()), uri, parent, started)
 
 
 if __name__ == "__main__":

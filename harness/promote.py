@@ -13,7 +13,10 @@ Either way the evaluation is written onto the model version, so the registry is 
 one tag ``harness.eval.<parent run id>`` per evaluation (JSON: date, decision, rule outcomes,
 baseline, the numbers of every compared metric on all users, the alias action) — what
 ``python -m harness.history NAME`` reads — plus ``harness.latest.*`` tags and a readable
-description of the latest evaluation. The parent run gets a ``registry.promotion`` tag.
+description of the latest evaluation. An evaluation's date is its run's start time (the results
+folder's stamp, in UTC), also when the promotion is applied later (``python -m harness.log``): a
+delayed older evaluation joins the history without replacing a newer one's latest tags and
+description. The parent run gets a ``registry.promotion`` tag.
 The registry is the tracking store's (the default of ``model=mlflow``).
 """
 
@@ -31,6 +34,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DATE_FORMAT",
     "DONE_TAG",
     "EVAL_TAG",
     "LATEST_TAG",
@@ -45,6 +49,7 @@ __all__ = [
     "plan_promotions",
     "promotion_requests",
     "registry_notes",
+    "stamp_date",
 ]
 
 #: Tag key prefix of one evaluation on a model version (suffix: the parent run id).
@@ -434,6 +439,30 @@ def registry_notes(result: Any, decisions: Mapping[str, Any], alias: str | None)
     return notes
 
 
+#: The date format of evaluation records and ``harness.latest.date`` (sorts as text).
+DATE_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
+
+
+def stamp_date(stamp: str) -> str | None:
+    """A results folder's stamp (``20261202-075634``, local time, ``run.json``) as a record's
+    UTC date (``2026-12-02 07:56:34 UTC``); None when it is not one."""
+    try:
+        seconds = time.mktime(time.strptime(str(stamp), "%Y%m%d-%H%M%S"))
+    except (ValueError, OverflowError):
+        return None
+    return time.strftime(DATE_FORMAT, time.gmtime(seconds))
+
+
+def _folder_date(folder: Any) -> str | None:
+    """The start time of the run of a results folder (its ``run.json`` stamp) as a UTC date."""
+    from harness.folders import run_info
+
+    try:
+        return stamp_date(str(run_info(folder).get("stamp", "")))
+    except (OSError, TypeError, ValueError):
+        return None
+
+
 def promotion_requests(
     alias: str | None,
     result: Any,
@@ -443,13 +472,19 @@ def promotion_requests(
     experiment: str,
     headline: str | None = None,
     confidence: float = 0.95,
+    date: str | None = None,
 ) -> dict[str, Any] | None:
     """What ``gate.promote`` is to do, as JSON (saved in the results folder, so a run whose
     logging failed is promoted by ``python -m harness.log`` later): per registered candidate its
-    plan, the baseline version it was compared with and its evaluation record (the run id and
-    date are filled in when it is applied). None when ``gate.promote`` is off."""
+    plan, the baseline version it was compared with and its evaluation record (the run id is
+    filled in when it is applied). ``date``: when the evaluation ran (default: the start of the
+    run of ``result.folder``, else now), kept so a later promotion is dated by its run, not by
+    when it was applied. None when ``gate.promote`` is off."""
     if not alias:
         return None
+    folder = getattr(result, "folder", None)
+    date = date or (_folder_date(folder) if folder is not None else None)
+    date = date or time.strftime(DATE_FORMAT, time.gmtime())
     registered = _registered(result)
     plans = plan_promotions(decisions, registered, alias)
     nothing = None
@@ -481,7 +516,7 @@ def promotion_requests(
             baseline_uri=base_uri,
             alias=alias,
             plan=plan,
-            date="",
+            date=date,
         )
         requests.append(
             {
@@ -491,24 +526,41 @@ def promotion_requests(
                 "record": record,
             }
         )
-    return {"alias": alias, "nothing": nothing, "requests": requests}
+    return {"alias": alias, "nothing": nothing, "date": date, "requests": requests}
 
 
-def apply_promotion(spec: Mapping[str, Any] | None, tracking_uri: str, parent_run: str) -> int:
+def _is_latest(version: Any, date: str) -> tuple[bool, str]:
+    """Whether an evaluation of ``date`` is the version's latest (no ``harness.latest.date`` yet,
+    or not newer than ``date``; a tie goes to the one applied last), and the latest's summary
+    (``2026-12-02 07:57:06 UTC, run ID``) when it is not."""
+    tags = version.tags or {}
+    latest = tags.get(f"{LATEST_TAG}date")
+    if not latest or date >= str(latest):
+        return True, ""
+    return False, f"{latest}, run {tags.get(f'{LATEST_TAG}run', '?')}"
+
+
+def apply_promotion(
+    spec: Mapping[str, Any] | None, tracking_uri: str, parent_run: str, date: str | None = None
+) -> int:
     """Act on :func:`promotion_requests` once the run is logged: print one line per registered
     candidate, return 0, or 3 when the registry could not be updated (one line on stderr).
 
     Per candidate the evaluation record is written first, then the alias moves, then the
-    ``harness.latest.*`` tags and the description; the parent run's ``registry.promotion`` tag
-    comes last and marks the promotion complete. Applying again (``python -m harness.log``
-    after a failure) is safe: an alias already on the candidate's version stays there."""
+    ``harness.latest.*`` tags and the description — those only when this evaluation is not older
+    than the version's latest (a delayed promotion of an older run is recorded in the history
+    and leaves the newer one's summary); the parent run's ``registry.promotion`` tag comes last
+    and marks the promotion complete. The record's date is the one :func:`promotion_requests`
+    stored (the run's start); ``date`` stands in for a spec without one (an older
+    ``promotion.json``), else now. Applying again (``python -m harness.log`` after a failure) is
+    safe: an alias already on the candidate's version stays there."""
     if not spec:
         return 0
     alias = str(spec["alias"])
     if spec.get("nothing"):
         print(f"promotion: gate.promote={alias}: {spec['nothing']}; nothing promoted")
         return 0
-    date = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    date = spec.get("date") or date or time.strftime(DATE_FORMAT, time.gmtime())
     try:
         from mlflow import MlflowClient
 
@@ -534,7 +586,7 @@ def apply_promotion(spec: Mapping[str, Any] | None, tracking_uri: str, parent_ru
             record = {
                 **request["record"],
                 "run": parent_run,
-                "date": date,
+                "date": request["record"].get("date") or date,
                 "action": "promoted" if plan.action == "promote" else "refused",
                 "reason": plan.reason[: 4 * _MAX_REASON],
             }
@@ -542,24 +594,34 @@ def apply_promotion(spec: Mapping[str, Any] | None, tracking_uri: str, parent_ru
             version_tag(f"{EVAL_TAG}{parent_run}", json.dumps(record, ensure_ascii=False))
             if plan.action == "promote":
                 client.set_registered_model_alias(plan.name, alias, plan.version)
+            latest, newer = _is_latest(
+                client.get_model_version(plan.name, plan.version), record["date"]
+            )
             tags = {
                 f"{LATEST_TAG}decision": plan.decision,
                 f"{LATEST_TAG}run": parent_run,
-                f"{LATEST_TAG}date": date,
+                f"{LATEST_TAG}date": record["date"],
                 f"{LATEST_TAG}baseline": str(record["baseline_uri"] or record["baseline"]),
                 f"{LATEST_TAG}headline": headline_text(record),
                 f"{LATEST_TAG}promotion": f"@{alias}: {moved}"[:5000],
             }
-            for key, value in tags.items():
+            for key, value in tags.items() if latest else ():
                 version_tag(key, value)
-            client.update_model_version(
-                plan.name, plan.version, description=_description(record, moved)[:5000]
-            )  # the registry's description column holds 5,000 characters
+            if latest:
+                client.update_model_version(
+                    plan.name, plan.version, description=_description(record, moved)[:5000]
+                )  # the registry's description column holds 5,000 characters
             done.append(
                 f"models:/{plan.name}/{plan.version} @{alias}: "
                 + ("promoted" if plan.action == "promote" else f"refused ({plan.decision})")
             )
             print(format_promotion(plan, alias, before))
+            if not latest:
+                print(
+                    f"note: this evaluation ({record['date']}) is older than the latest one of "
+                    f"models:/{plan.name}/{plan.version} ({newer}): it is added to the history; "
+                    "the version's harness.latest.* tags and description stay on the newer one"
+                )
         client.set_tag(parent_run, DONE_TAG, "; ".join(done)[:5000])
     except Exception as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__

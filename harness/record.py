@@ -25,7 +25,7 @@ from harness.experiment import ExperimentResult
 from harness.folders import COMPLETE, INCOMPLETE, checkpoint
 from harness.gate import GateDecision
 from harness.split import part_digest
-from harness.tracking import Tracker, flatten, git_state, metric_key
+from harness.tracking import Tracker, flatten, git_state, metric_keys
 
 __all__ = [
     "PLAN_FILE",
@@ -394,10 +394,12 @@ def save_plan(the_plan: Mapping[str, Any], folder: Path) -> Path:
     return path
 
 
-def _missing(run: Any, metrics: Mapping[str, float]) -> dict[str, float]:
-    """The metrics a run does not hold yet (all of them for a new run)."""
+def _missing(run: Any, metrics: Mapping[str, float], among: Sequence[str] = ()) -> dict[str, float]:
+    """The metrics a run does not hold yet (all of them for a new run), by the keys
+    :meth:`Tracker.log` gives them among the run's other metric names ``among``."""
+    keys = metric_keys([*among, *metrics])
     have = set(run.data.metrics) if run is not None else set()
-    return {k: v for k, v in metrics.items() if metric_key(k) not in have}
+    return {k: v for k, v in metrics.items() if keys[k] not in have}
 
 
 def _done(run: Any) -> bool:
@@ -442,7 +444,9 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
     if parent_run is not None:
         tracker.open_runs.append(parent)
         tracker.log(parent, tags=spec["tags"])
-    tracker.log(parent, params=spec["params"], metrics=_missing(parent_run, spec["metrics"]))
+    every = [*spec["metrics"], *spec["summary"]]  # the parent's metrics, logged in two steps
+    first = _missing(parent_run, spec["metrics"], every)
+    tracker.log(parent, params=spec["params"], metrics=first, among=every)
     logged = {i.dataset.digest for i in parent_run.inputs.dataset_inputs} if parent_run else set()
     for item in the_plan["inputs"]:
         if item["digest"][:36] not in logged:
@@ -469,7 +473,7 @@ def replay(tracker: Tracker, the_plan: Mapping[str, Any], folder: Path) -> dict[
         tracker.finish(child_id, child["status"])
         tracker.log(child_id, tags={LOGGED_TAG: "complete"})
     checkpoint("logging summary")
-    tracker.log(parent, metrics=_missing(parent_run, spec["summary"]))
+    tracker.log(parent, metrics=_missing(parent_run, spec["summary"], every), among=every)
     _artifacts(tracker, parent, folder)
     if spec["end_tags"]:
         tracker.log(parent, tags=spec["end_tags"])

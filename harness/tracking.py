@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ __all__ = [
     "flatten",
     "git_state",
     "metric_key",
+    "metric_keys",
 ]
 
 _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_VALUE = 1000, 100, 6000
@@ -37,6 +39,8 @@ _MAX_METRICS, _MAX_PARAMS, _MAX_PARAM_VALUE = 1000, 100, 6000
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 #: the runs table view the harness shares (``?viewStateShareKey=harness`` in the printed link)
 VIEW_KEY = "harness"
+#: Tag key prefix naming the source of a key :func:`metric_keys` made distinct (``age<30``).
+KEY_TAG = "harness.key."
 
 
 def metric_key(name: str) -> str:
@@ -51,6 +55,50 @@ def metric_key(name: str) -> str:
     key = re.sub(r"@(\d+)", r"_at_\1", name.strip()).replace("@", "_at_")
     # `/` would make MLflow treat the key as a path (no `//`, no leading or trailing `/`).
     return re.sub(r"[^\w\-. :]", "_", key)[:250]
+
+
+def metric_keys(names: Iterable[str]) -> dict[str, str]:
+    """Name → MLflow key for names logged to one run: :func:`metric_key`'s, made distinct where
+    two names clean to one key (``age<30``, ``age>30``), so no value silently replaces another.
+
+    A name that is its own key keeps it; the others of a clash get ``_`` and a stable hash of
+    the name (sha256, 8 hex digits); a key no other name shares stays as :func:`metric_key` has it.
+
+    >>> metric_keys(["ndcg@10", "g.age<30", "g.age>30", "g.age_30"])["ndcg@10"]
+    'ndcg_at_10'
+    >>> sorted(metric_keys(["g.age<30", "g.age>30", "g.age_30"]).values())
+    ['g.age_30', 'g.age_30_30caf70c', 'g.age_30_b6efa6c3']
+    """
+    unique = list(dict.fromkeys(str(n) for n in names))
+    cleaned = {name: metric_key(name) for name in unique}
+    sharing: dict[str, list[str]] = {}
+    for name, key in cleaned.items():
+        sharing.setdefault(key, []).append(name)
+    out: dict[str, str] = {}
+    taken = set(cleaned.values())
+    for name, key in cleaned.items():
+        if len(sharing[key]) == 1 or name == key:
+            out[name] = key
+            continue
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+        for size in range(8, len(digest) + 1):  # longer only if the short one is taken
+            suffix = f"_{digest[:size]}"
+            distinct = key[: 250 - len(suffix)] + suffix
+            if distinct not in taken:
+                break
+        out[name] = distinct
+        taken.add(distinct)
+    return out
+
+
+def _key_tag(key: str) -> str:
+    """The tag that names the source of a distinct key: :data:`KEY_TAG` and the key, its middle
+    cut when that is longer than MLflow's 250 characters (the hash at its end is kept)."""
+    tag = KEY_TAG + key
+    if len(tag) <= 250:
+        return tag
+    end = key.rsplit("_", 1)[-1]
+    return KEY_TAG + key[: 250 - len(KEY_TAG) - len(end) - 1] + "_" + end
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -350,19 +398,33 @@ class Tracker:
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, Any] | None = None,
         step: int = 0,
+        among: Iterable[str] = (),
     ) -> None:
-        """Log metrics (keys made MLflow-safe; NaN skipped; at ``step``), params and tags in
-        batches."""
+        """Log metrics (keys made MLflow-safe and distinct by :func:`metric_keys`; NaN skipped;
+        at ``step``), params (keys likewise) and tags in batches.
+
+        ``among``: the run's other metric names, when its metrics are logged in parts, so a key
+        is made distinct from theirs too. A key made distinct gets a tag naming its source
+        (``harness.key.<key>``), logged before the metric or param so a retry finds it.
+        """
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
+        metrics, params = metrics or {}, params or {}
+        mkeys = metric_keys([*among, *(str(k) for k in metrics)])
+        pkeys = metric_keys(str(k) for k in params)
+        logged = [(str(k), mkeys[str(k)]) for k in metrics] + list(pkeys.items())
+        sources = {_key_tag(key): name for name, key in logged if key != metric_key(name)}
         ms = [
-            Metric(metric_key(k), float(v), now, step)
-            for k, v in (metrics or {}).items()
+            Metric(mkeys[str(k)], float(v), now, step)
+            for k, v in metrics.items()
             if v is not None and v == v
         ]
-        ps = [Param(metric_key(k), str(v)[:_MAX_PARAM_VALUE]) for k, v in (params or {}).items()]
+        ps = [Param(pkeys[str(k)], str(v)[:_MAX_PARAM_VALUE]) for k, v in params.items()]
         ts = [RunTag(k, str(v)[:_MAX_PARAM_VALUE]) for k, v in (tags or {}).items()]
+        named = [RunTag(k, v[:_MAX_PARAM_VALUE]) for k, v in sources.items()]
+        for chunk in _chunks(named, _MAX_PARAMS):
+            self.client.log_batch(run_id, tags=chunk, synchronous=True)
         for chunk in _chunks(ms, _MAX_METRICS):
             self.client.log_batch(run_id, metrics=chunk, synchronous=True)
         for chunk in _chunks(ps, _MAX_PARAMS):
