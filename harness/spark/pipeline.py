@@ -267,27 +267,27 @@ def _score_file_stats(
     scores: Any,
     train: DataFrame,
     users: DataFrame | None,
-    outcome: Any,
     options: Mapping[str, Any],
-) -> None:
+) -> list[str]:
     """A score file's counts as in process (``model.stats_``, logged as ``model.stats.*``) and
-    the note on test users it has no list for (``users``: the users ranked over the catalog).
-    ``scores``: the file's table from :func:`_checked_scores` (None: the model is no score
-    file)."""
+    its notes, on test users it has no list for (``users``: the users ranked over the catalog)
+    and on users of the file outside the test, which follow the evaluation's notes as in
+    process. ``scores``: the file's table from :func:`_checked_scores` (None: the model is no
+    score file)."""
     from harness.experiment import missing_users_note, other_users_note
     from harness.models.precomputed import _show
     from harness.spark.models import precomputed_stats
 
     if scores is None:
-        return
+        return []
     stats, example = precomputed_stats(spark, scores, train, users)
     model.stats_ = stats
+    notes = []
     if example is not None:
         missing, requested = stats["users_without_list"], stats["users_requested"]
-        outcome.notes.append(missing_users_note(missing, requested, _show(example), options))
+        notes.append(missing_users_note(missing, requested, _show(example), options))
     other = other_users_note(stats)
-    if other:
-        outcome.notes.append(other)
+    return notes + ([other] if other else [])
 
 
 def _model_ranking(
@@ -631,7 +631,7 @@ def run_models_spark(
                     outcome.info["candidates_unscored"] = n_cand - scored.count()
                     outcome.info["scores_uri"] = scored_uri
                 by_file = users if mine is None else None  # over the catalog: the users ranked
-                _score_file_stats(spark, model, scores, sp.train, by_file, outcome, opts)
+                file_notes = _score_file_stats(spark, model, scores, sp.train, by_file, opts)
                 list_kind = _id_kind(lists, "item")
                 holds = model_order_holds(options, truth_kind == "bigint", list_kind == "bigint")
                 if mine is None and not holds:
@@ -669,6 +669,8 @@ def run_models_spark(
                     )
             else:
                 run = scored.select("user", "item", "score")
+                if options.tie_break == "input_order":  # in-process order: by user, then item
+                    run = run.orderBy("user", "item")  # (Parquet parts read back in any order)
                 asked = ranking or ["num_rel"]
                 if score_names:
                     outcome.info["auc_scope"] = "candidates"
@@ -732,7 +734,7 @@ def run_models_spark(
             tables.lists[name] = judged
             tables.per_user[name] = per_user
             tables.uris[name] = {"topk": topk_uri, "per_user": per_user_uri}
-            outcome.notes += notes
+            outcome.notes += notes + file_notes
             if no_features:
                 outcome.notes.append(
                     f"{', '.join(n for n in suite.names if n in no_features)} skipped: the "
