@@ -38,6 +38,12 @@ __all__ = [
 KINDS = ("full", "sampled", "file")
 #: The stat (and the sample's ``attrs`` key) counting users with fewer negatives than asked.
 SHORT = "candidates.users_short"
+#: The stat counting test users a candidates file has no row for (``candidates=file``).
+MISSING = "candidates.users_missing"
+#: The stat counting the test users a candidates file is checked against.
+TEST_USERS = "candidates.test_users"
+#: Seeds the counter-based draws take (:func:`harness.hashing.mix` reads an int64).
+SEED_RANGE = (-(2**63), 2**63 - 1)
 SAMPLED_WARNING = (
     "sampled candidates: metrics rank test items among a few sampled negatives; they are "
     "biased estimates of full-catalog metrics and may even order models differently"
@@ -59,12 +65,22 @@ class CandidateSpec:
         require_choice("candidates.sampling", self.sampling, ("uniform", "popularity"))
         if self.kind == "sampled":
             require_int("candidates.n_negatives", self.n_negatives)
+            seed, (low, high) = self.seed, SEED_RANGE
+            if (
+                isinstance(seed, bool)
+                or not isinstance(seed, int | np.integer)
+                or not (low <= seed <= high)
+            ):
+                raise ValueError(
+                    f"'candidates.seed' must be an int from -2**63 to 2**63 - 1 (got {seed!r})"
+                )
 
 
 #: at most this many rounds of draws per user (a user still short after them keeps fewer)
 MAX_ROUNDS = 50
 #: a round draws for each short user ``2 * need + 4`` draws, scaled up by the inverse of the
-#: chance that one draw is unseen by the user, at most this many times
+#: chance that one draw is an unseen item the user has not drawn yet, at most this many times
+#: under popularity sampling (uniform rounds are not capped: see :func:`draws_per_round`)
 MAX_BOOST = 64
 
 
@@ -73,13 +89,20 @@ def catalog_weights(counts: np.ndarray, sampling: str) -> np.ndarray:
     return np.ones(len(counts), np.int64) if sampling == "uniform" else counts.astype(np.int64)
 
 
-def draws_per_round(need: np.ndarray, total: int, unseen_weight: np.ndarray) -> np.ndarray:
-    """Draws in a round for users ``need`` items short whose unseen items weigh
-    ``unseen_weight`` of ``total``: ``2 * need + 4`` over that share, capped (integer maths, so
-    both engines agree)."""
+def draws_per_round(
+    need: np.ndarray, total: int, undrawn_weight: np.ndarray, capped: bool = True
+) -> np.ndarray:
+    """Draws in a round for users ``need`` items short whose unseen items not drawn yet weigh
+    ``undrawn_weight`` of ``total``: ``2 * need + 4`` over that share (so a round expects
+    ``2 * need + 4`` new items however many are drawn already), at most :data:`MAX_BOOST` times
+    that when ``capped`` (integer maths, so both engines agree).
+
+    Uniform rounds need no cap: a short user has more than ``need`` undrawn items, so a round is
+    at most 3 catalogs long, and it can exceed the cap only for a user who has seen or asked for
+    all but 1/64 of the catalog (the rows the user brings in anyway)."""
     base = 2 * need.astype(np.int64) + 4
-    boosted = (base * np.int64(total) + unseen_weight - 1) // np.maximum(unseen_weight, 1)
-    return np.minimum(boosted, MAX_BOOST * base)
+    boosted = (base * np.int64(total) + undrawn_weight - 1) // np.maximum(undrawn_weight, 1)
+    return np.minimum(boosted, MAX_BOOST * base) if capped else boosted
 
 
 def draw_positions(
@@ -128,10 +151,16 @@ def _first_distinct(
 
 
 def sample_negatives(
-    train: pd.DataFrame, test: pd.DataFrame, n_negatives: int, sampling: str, seed: int
+    train: pd.DataFrame,
+    test: pd.DataFrame,
+    n_negatives: int,
+    sampling: str,
+    seed: int,
+    valid: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """(user, item) rows: each test user's test items plus ``n_negatives`` distinct items drawn
-    from the training catalog that the user has neither trained nor tested on.
+    from the training catalog that the user has neither trained, validated (``valid``, the
+    split's validation part) nor tested on.
 
     Draw ``j`` of a user is a counter-based hash of (seed, user, j) mapped to an item, uniformly
     or by training popularity (:func:`draw_positions`); a user's negatives are the first
@@ -139,8 +168,10 @@ def sample_negatives(
     without replacement) sample that does not depend on row order or on other users, and that
     the Spark engine reproduces (:mod:`harness.spark.candidates`). Draws come in rounds over all
     short users at once; a user whose unseen catalog is no larger than ``n_negatives`` gets all
-    of it. A user still short after :data:`MAX_ROUNDS` rounds keeps fewer; ``attrs[SHORT]``
-    counts them.
+    of it. A round is sized from the weight of the unseen items the user has not drawn yet
+    (:func:`draws_per_round`), so uniform draws leave no user short in practice; under
+    popularity a user still short after :data:`MAX_ROUNDS` rounds keeps fewer, and
+    ``attrs[SHORT]`` counts them.
     """
     from harness.hashing import hash_ids
 
@@ -151,7 +182,8 @@ def sample_negatives(
     weights = catalog_weights(counts, sampling)
     cum = np.cumsum(weights)
     total = int(cum[-1]) if n_items else 0
-    known = pd.concat([train[[USER, ITEM]], test[[USER, ITEM]]])
+    parts = (train, test) if valid is None else (train, test, valid)
+    known = pd.concat([part[[USER, ITEM]] for part in parts])
     known = known[known[USER].isin(users)]
     width = n_items + 1
     kpos = catalog.get_indexer(known[ITEM])
@@ -171,7 +203,13 @@ def sample_negatives(
         short = np.flatnonzero(sampled & (have < target))
         if short.size == 0:
             break
-        d = draws_per_round(target[short] - have[short], total, total - seen_weight[short])
+        drawn_weight = np.bincount(got_u, weights[got_p], minlength=len(users)).astype(np.int64)
+        d = draws_per_round(
+            target[short] - have[short],
+            total,
+            total - seen_weight[short] - drawn_weight[short],
+            capped=sampling != "uniform",
+        )
         owner = np.repeat(short, d)
         j = start[owner] + np.arange(owner.size) - np.repeat(np.cumsum(d) - d, d)
         pos = draw_positions(seed, user_hash[owner], j, cum)
@@ -184,7 +222,7 @@ def sample_negatives(
             width,
         )
         start[short] += d
-    # users still short after MAX_ROUNDS: their unseen items weigh almost nothing (popularity)
+    # users still short after MAX_ROUNDS: their undrawn items weigh almost nothing (popularity)
     n_short = int((sampled & (np.bincount(got_u, minlength=len(users)) < target)).sum())
     full_u = np.repeat(np.flatnonzero(everything), n_items)
     full_p = np.tile(np.arange(n_items, dtype=np.int64), int(everything.sum()))
@@ -246,24 +284,51 @@ def build_candidates(
         if not spec.path:
             raise DataError("candidates=file needs candidates.path=<csv or parquet of user,item>")
         frame = _read_file(spec.path)
-        for col, part in ((USER, split.test), (ITEM, split.train)):
-            if frame[col].dtype != part[col].dtype:
-                try:
-                    frame[col] = frame[col].astype(part[col].dtype)
-                except (TypeError, ValueError):
-                    raise DataError(
-                        f"{spec.path}: column '{col}' holds {_kind(frame[col])} ids but the "
-                        f"interactions have {_kind(part[col])} ids, e.g. {frame[col].iloc[0]!r}"
-                    ) from None
-    else:
-        frame = _cached_sample(spec, split, cache_dir)
+        for col, part, whose in (
+            (USER, split.test, "test user"),
+            (ITEM, split.train, "training item"),
+        ):
+            if frame[col].dtype == part[col].dtype:
+                continue
+            was, want = _kind(frame[col]), _kind(part[col])
+            kinds = f"holds {was} ids but the interactions have {want} ids"
+            first = frame[col].iloc[0]
+            try:
+                frame[col] = frame[col].astype(part[col].dtype)
+            except (TypeError, ValueError):
+                raise DataError(f"{spec.path}: column '{col}' {kinds}, e.g. {first!r}") from None
+            if was == "integer" and want == "text" and not frame[col].isin(part[col]).any():
+                # integer ids as text match none of the split's ids: say so here, not later
+                raise DataError(
+                    f"{spec.path}: column '{col}' {kinds} and none is a {whose}'s id, "
+                    f"e.g. {int(first)!r}"
+                )
+        test_users = pd.unique(split.test[USER])
+        missing = int((~pd.Index(test_users).isin(frame[USER])).sum())
+        stats = candidate_stats(
+            spec,
+            len(frame),
+            int(frame[USER].nunique()),
+            missing=missing,
+            test_users=len(test_users),
+        )
+        return frame, stats
+    frame = _cached_sample(spec, split, cache_dir)
     short = int(frame.attrs.get(SHORT, 0))
     return frame, candidate_stats(spec, len(frame), int(frame[USER].nunique()), short)
 
 
-def candidate_stats(spec: CandidateSpec, rows: int, users: int, short: int = 0) -> dict[str, Any]:
+def candidate_stats(
+    spec: CandidateSpec,
+    rows: int,
+    users: int,
+    short: int = 0,
+    missing: int = 0,
+    test_users: int = 0,
+) -> dict[str, Any]:
     """The ``candidates.*`` statistics of a candidate set (both engines report these);
-    ``short``: sampled users who got fewer negatives than asked (see :func:`short_warning`)."""
+    ``short``: sampled users who got fewer negatives than asked; ``missing``: of the
+    ``test_users``, those a candidates file has no row for (see :func:`short_warning`)."""
     stats: dict[str, Any] = {
         "candidates.kind": spec.kind,
         "candidates.rows": rows,
@@ -277,11 +342,22 @@ def candidate_stats(spec: CandidateSpec, rows: int, users: int, short: int = 0) 
             "candidates.seed": spec.seed,
             SHORT: short,
         }
+    if spec.kind == "file":
+        stats |= {MISSING: missing, TEST_USERS: test_users}
     return stats
 
 
 def short_warning(stats: dict[str, Any]) -> str | None:
-    """The warning for sampled users left with fewer negatives than asked, or None."""
+    """The warning for test users short of candidates, or None: sampled users left with fewer
+    negatives than asked, or test users a candidates file has no row for (they rank nothing)."""
+    missing = int(stats.get(MISSING) or 0)
+    if missing:
+        users = int(stats.get(TEST_USERS) or 0)
+        return (
+            f"the candidates file (candidates.path) covers {users - missing:,} of the {users:,} "
+            f"test users: the other {missing:,} have no candidate to rank, so their lists are "
+            "empty and they count as misses (0) in the ranking metrics"
+        )
     short = int(stats.get(SHORT) or 0)
     if not short:
         return None
@@ -301,10 +377,12 @@ def _cached_sample(spec: CandidateSpec, split: Split, cache_dir: Path | None) ->
         {
             "train": part_digest(split, "train"),  # the same digests the run logs: hashed once
             "test": part_digest(split, "test"),
+            "valid": None if split.valid is None else part_digest(split, "valid"),
             "n": spec.n_negatives,
             "sampling": spec.sampling,
             "seed": spec.seed,
-            "sampler": 3,  # counter-based draws (draw_positions); the short users counted
+            # 4: validated items are known; rounds sized from the undrawn weight, uniform uncapped
+            "sampler": 4,
         },
         sort_keys=True,
     )
@@ -312,7 +390,9 @@ def _cached_sample(spec: CandidateSpec, split: Split, cache_dir: Path | None) ->
     path = None if cache_dir is None else cache_dir / f"candidates-{key[:16]}.parquet"
     if path is not None and path.is_file():
         return pd.read_parquet(path)
-    frame = sample_negatives(split.train, split.test, spec.n_negatives, spec.sampling, spec.seed)
+    frame = sample_negatives(
+        split.train, split.test, spec.n_negatives, spec.sampling, spec.seed, valid=split.valid
+    )
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

@@ -564,10 +564,10 @@ def run(cfg: DictConfig, tuning: Mapping[str, Any] | None = None) -> int:
             candidates, cand_stats = build_candidates(cand_spec, split, runs_dir / "splits" / key)
         else:  # built and kept in Spark
             candidates, cand_stats = build_candidates_spark(cand_spec, spark_split)
-    if cand_spec.kind == "sampled":
-        for warning in (SAMPLED_WARNING, short_warning(cand_stats)):
-            if warning:
-                print(f"WARNING: {warning}", file=sys.stderr)
+    sampled = SAMPLED_WARNING if cand_spec.kind == "sampled" else None
+    for warning in (sampled, short_warning(cand_stats)):  # short: sampled users or a file's
+        if warning:
+            print(f"WARNING: {warning}", file=sys.stderr)
     checkpoint("models", folder)
     stages.say(f"… {len(models)} model(s): fit, rank, metrics")
     with engine_of(cfg) as evaluate:

@@ -42,12 +42,18 @@ def _one(df: DataFrame) -> Any:
 
 
 def sample_negatives_spark(
-    train: DataFrame, test: DataFrame, n_negatives: int, sampling: str, seed: int
+    train: DataFrame,
+    test: DataFrame,
+    n_negatives: int,
+    sampling: str,
+    seed: int,
+    valid: DataFrame | None = None,
 ) -> tuple[DataFrame, int]:
     """:func:`harness.candidates.sample_negatives` on Spark: ``(user, item)`` rows, each test
     user's test items plus up to ``n_negatives`` distinct items of the training catalog the user
-    has neither trained nor tested on, uniform or by popularity, frozen by ``seed``; and the
-    number of users still short after the last round (``candidates.users_short``).
+    has neither trained, validated (``valid``) nor tested on, uniform or by popularity, frozen by
+    ``seed``; and the number of users still short after the last round
+    (``candidates.users_short``).
 
     A few jobs per round of draws (usually one or two rounds); the result is a lazy DataFrame
     over locally checkpointed draws.
@@ -97,8 +103,14 @@ def sample_negatives_spark(
         uh = user_hash.to_numpy(np.int64).view(np.uint64)
         return pd.Series(draw_positions(seed, uh, draw.to_numpy(np.int64), cum))
 
+    @pandas_udf("long")  # type: ignore[call-overload, untyped-decorator, misc]
+    def _weight(pos: pd.Series) -> pd.Series:
+        return pd.Series(weights[pos.to_numpy(np.int64)])
+
     users = test.select("user").distinct()
     pairs = train.select("user", "item").unionByName(test.select("user", "item"))
+    if valid is not None:
+        pairs = pairs.unionByName(valid.select("user", "item"))
     seen = (
         pairs.join(users, "user", "left_semi")
         .join(cat_df, "item")
@@ -121,20 +133,26 @@ def sample_negatives_spark(
             _user_hash(sf.col("user")).alias("_uh"),
             sf.lit(0).cast("long").alias("_start"),
             sf.lit(0).cast("long").alias("_have"),
+            sf.lit(0).cast("long").alias("_drawn_w"),
         )
         .localCheckpoint()
     )
     tgt, have = sf.col("_target"), sf.col("_have")
     is_short = (tgt > 0) & ~sf.col("_all") & (have < tgt)
-    base = "(2 * (_target - _have) + 4)"
-    n_draws: Column = sf.expr(  # harness.candidates.draws_per_round, in integer maths
-        f"least(({base} * {total} + _unseen_w - 1) div greatest(_unseen_w, 1), "
-        f"{MAX_BOOST} * {base})"
+    # harness.candidates.draws_per_round, in integer maths: from the weight still undrawn
+    base, left = "(2 * (_target - _have) + 4)", "(_unseen_w - _drawn_w)"
+    boosted = f"({base} * {total} + {left} - 1) div greatest({left}, 1)"
+    n_draws: Column = sf.expr(
+        boosted if sampling == "uniform" else f"least({boosted}, {MAX_BOOST} * {base})"
     )
-    schema = "user " + test.schema["user"].dataType.simpleString() + ", _pos long, _j long"
-    got = spark.createDataFrame([], schema)
+    user_type = test.schema["user"].dataType.simpleString()
+    got = spark.createDataFrame([], f"user {user_type}, _pos long, _j long, _target long")
     by_draw = Window.partitionBy("user").orderBy("_j")
+    keep = ["_target", "_unseen_w", "_all", "_uh", "_start"]  # a user's state besides its draws
     n_short = 0  # users still short after MAX_ROUNDS (counted only when the rounds ran out)
+    # No join in the rounds: Spark estimates a join's size as the product of its sides' and
+    # keeps estimates across checkpoints, so joins here made them grow without bound (a driver
+    # out of memory after a few dozen rounds); unions add, aggregates keep them.
     for _ in range(MAX_ROUNDS):
         short = state.filter(is_short)
         if short.limit(1).count() == 0:
@@ -142,26 +160,33 @@ def sample_negatives_spark(
         draws = short.select(
             "user",
             "_uh",
+            "_target",
             sf.explode(sf.sequence(sf.col("_start"), sf.col("_start") + n_draws - 1)).alias("_j"),
         ).withColumn("_pos", _draw(sf.col("_uh"), sf.col("_j")))
         fresh = draws.join(seen.select("user", "_pos"), ["user", "_pos"], "left_anti")
-        pool = got.unionByName(fresh.select("user", "_pos", "_j"))
-        first = pool.groupBy("user", "_pos").agg(sf.min("_j").alias("_j"))
+        pool = got.unionByName(fresh.select("user", "_pos", "_j", "_target"))
         got = (
-            first.join(state.select("user", "_target"), "user")
+            pool.groupBy("user", "_pos", "_target")  # a user's target is one number
+            .agg(sf.min("_j").alias("_j"))
             .withColumn("_rank", sf.row_number().over(by_draw))
             .filter(sf.col("_rank") <= sf.col("_target"))
-            .select("user", "_pos", "_j")
+            .select("user", "_pos", "_j", "_target")
             .localCheckpoint()
         )
-        have_now = got.groupBy("user").agg(sf.count(sf.lit(1)).alias("_now"))
+        moved = state.withColumn(
+            "_start", sf.when(is_short, sf.col("_start") + n_draws).otherwise(sf.col("_start"))
+        ).select("user", *keep, sf.lit(0).alias("_n"), sf.lit(0).cast("long").alias("_nw"))
+        drawn = got.select(
+            "user", sf.lit(1).alias("_n"), _weight(sf.col("_pos")).alias("_nw")
+        )  # the state columns null: max() skips them
         state = (
-            state.withColumn(
-                "_start", sf.when(is_short, sf.col("_start") + n_draws).otherwise(sf.col("_start"))
+            moved.unionByName(drawn, allowMissingColumns=True)
+            .groupBy("user")
+            .agg(
+                *(sf.max(c).alias(c) for c in keep),
+                sf.sum("_n").cast("long").alias("_have"),
+                sf.sum("_nw").cast("long").alias("_drawn_w"),
             )
-            .join(have_now, "user", "left")
-            .withColumn("_have", sf.coalesce(sf.col("_now"), sf.lit(0)).cast("long"))
-            .drop("_now")
             .localCheckpoint()
         )
     else:
@@ -189,7 +214,7 @@ def build_candidates_spark(
 ) -> tuple[DataFrame | None, dict[str, Any]]:
     """:func:`harness.candidates.build_candidates` on Spark: the (user, item) candidate rows of
     ``spec`` as a persisted Spark DataFrame (None for ``full``) and the same stats, from one
-    aggregate job."""
+    aggregate job (and one more for a file: the test users it has no row for)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as sf
 
@@ -200,11 +225,29 @@ def build_candidates_spark(
     if spec.kind == "file":
         if not spec.path:
             raise DataError("candidates=file needs candidates.path=<csv or parquet of user,item>")
-        frame, short = read_candidates_spark(sp.train.sparkSession, spec.path, sp.train, sp.test), 0
-    else:
-        frame, short = sample_negatives_spark(
-            sp.train, sp.test, spec.n_negatives, spec.sampling, spec.seed
+        frame = read_candidates_spark(sp.train.sparkSession, spec.path, sp.train, sp.test)
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        row = _one(frame.agg(sf.count(sf.lit(1)).alias("n"), sf.countDistinct("user").alias("u")))
+        listed = frame.select("user").distinct().withColumn("_listed", sf.lit(True))
+        cover = _one(  # test users, and those the file has no row for
+            sp.test.select("user")
+            .distinct()
+            .join(listed, "user", "left")
+            .agg(
+                sf.count(sf.lit(1)).alias("t"),
+                sf.count(sf.when(sf.col("_listed").isNull(), 1)).alias("m"),
+            )
         )
+        return frame, candidate_stats(
+            spec,
+            int(row["n"]),
+            int(row["u"]),
+            missing=int(cover["m"]),
+            test_users=int(cover["t"]),
+        )
+    frame, short = sample_negatives_spark(
+        sp.train, sp.test, spec.n_negatives, spec.sampling, spec.seed, valid=sp.valid
+    )
     frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
     row = _one(frame.agg(sf.count(sf.lit(1)).alias("n"), sf.countDistinct("user").alias("u")))
     return frame, candidate_stats(spec, int(row["n"]), int(row["u"]), short)
@@ -280,13 +323,21 @@ def read_candidates_spark(
             ids[name] = (as_text, "string")
         else:
             ids[name] = (as_int if as_int is not None else as_text, "bigint")
-    for name, part in (("user", test), ("item", train)):
+    for name, part, whose in (("user", test, "test user"), ("item", train, "training item")):
         column, kind = ids[name]
         want = _id_kind(part, name)
         if kind == want:
             continue
         if want == "string":  # integer ids compared with text ids as their text
             ids[name] = (column.cast("string"), want)
+            known = part.select(sf.col(name).alias("_id"))
+            hits = df.select(ids[name][0].alias("_id")).join(known, "_id", "left_semi")
+            if hits.limit(1).count() == 0:  # they match none: say so here, not later
+                example = _one(df.select(column.alias("v")).limit(1))["v"]
+                raise DataError(
+                    f"{path}: column '{name}' holds integer ids but the interactions have text "
+                    f"ids and none is a {whose}'s id, e.g. {int(example)!r}"
+                )
             continue
         example = _one(df.select(column.alias("v")).limit(1))["v"]
         raise DataError(

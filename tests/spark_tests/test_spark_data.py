@@ -265,6 +265,131 @@ def test_sampled_candidates_equal_the_in_process_ones(spark: Any, ids: str, samp
     assert len(want) > 20 * len(per_user)
 
 
+def test_users_left_short_of_negatives_are_counted_as_in_process(spark: Any) -> None:
+    """Under popularity sampling, users who have seen the ten items holding all but 2.5e-5 of
+    the training events rarely draw one of the five others: after the last round some are short
+    of the 3 negatives asked. Spark draws the same rows and counts the same short users, and
+    that count is checked against a naive count from the rows."""
+    from harness.candidates import SHORT, sample_negatives
+    from harness.spark.candidates import sample_negatives_spark
+
+    heavy = pd.DataFrame(
+        {"user": np.repeat(np.arange(1000, 1010), 20_000), "item": np.repeat(np.arange(10), 20_000)}
+    )
+    light = pd.DataFrame({"user": 2000, "item": np.arange(10, 15)})
+    seen = pd.DataFrame({"user": np.repeat([0, 1], 10), "item": np.tile(np.arange(10), 2)})
+    normal = pd.DataFrame({"user": np.arange(2, 12), "item": 0})
+    train = pd.concat([heavy, light, seen, normal], ignore_index=True)
+    test = pd.DataFrame({"user": np.arange(12), "item": 10})
+    want = sample_negatives(train, test, 3, "popularity", seed=0)
+    got, short = sample_negatives_spark(
+        spark.createDataFrame(train), spark.createDataFrame(test), 3, "popularity", 0
+    )
+    known = pd.concat([train, test]).drop_duplicates()
+    naive = 0
+    for user, rows in want.groupby("user"):
+        unseen = 15 - known.loc[known["user"] == user, "item"].nunique()
+        negatives = len(rows) - int((test["user"] == user).sum())
+        naive += negatives < min(3, unseen)
+    assert naive >= 1
+    assert short == want.attrs[SHORT] == naive
+    pd.testing.assert_frame_equal(frame(got, drop_row=True), frame(want, drop_row=True))
+
+
+def test_validation_items_are_known_as_in_process(spark: Any) -> None:
+    """With a validation part (leave_one_out, valid=True) both engines know a user's
+    validation items as they know train and test ones: the same rows and stats, and no
+    negative is a pair of any of the three parts (checked pair by pair)."""
+    from harness.candidates import CandidateSpec, build_candidates
+    from harness.spark.candidates import build_candidates_spark
+    from harness.spark.split import make_split_spark
+
+    df = events("int").drop(columns="row")
+    split = hsplit.make_split(df, "leave_one_out", valid=True)
+    sp = make_split_spark(spark.createDataFrame(df), "leave_one_out", valid=True)
+    assert split.valid is not None and sp.valid is not None
+    spec = CandidateSpec(kind="sampled", n_negatives=40, seed=3)
+    want, want_stats = build_candidates(spec, split, None)
+    got_df, got_stats = build_candidates_spark(spec, sp)
+    assert want is not None and got_df is not None
+    pd.testing.assert_frame_equal(frame(got_df), frame(want))
+    assert got_stats == want_stats
+    test_pairs = set(zip(split.test["user"], split.test["item"], strict=True))
+    train_pairs = set(zip(split.train["user"], split.train["item"], strict=True))
+    valid_pairs = set(zip(split.valid["user"], split.valid["item"], strict=True))
+    assert len(valid_pairs - train_pairs - test_pairs) > 50  # validated, never trained on
+    negatives = set(zip(want["user"], want["item"], strict=True)) - test_pairs
+    assert negatives and not negatives & (train_pairs | valid_pairs)
+
+
+def test_uniform_rounds_leave_no_user_short_as_in_process(spark: Any) -> None:
+    """Users who have seen all but 100 of 20,000 items, asked 98 uniform negatives: both
+    engines size each round from the items not drawn yet (uncapped under uniform), so every
+    user gets exactly 98 (counted by hand), none is short, and the rows are the same."""
+    from harness.candidates import SHORT, sample_negatives
+    from harness.spark.candidates import sample_negatives_spark
+
+    heavy = np.arange(10)
+    train = pd.concat(
+        [
+            pd.DataFrame({"user": -1, "item": np.arange(20_000)}),
+            pd.DataFrame(
+                {"user": np.repeat(heavy, 19_900), "item": np.tile(np.arange(100, 20_000), 10)}
+            ),
+        ],
+        ignore_index=True,
+    )
+    test = pd.DataFrame({"user": heavy, "item": -5})
+    want = sample_negatives(train, test, 98, "uniform", seed=0)
+    got, short = sample_negatives_spark(
+        spark.createDataFrame(train), spark.createDataFrame(test), 98, "uniform", 0
+    )
+    assert short == want.attrs[SHORT] == 0
+    rows = frame(got)
+    negatives = rows[rows["item"] != -5]
+    assert (negatives.groupby("user").size().reindex(heavy) == 98).all()
+    assert set(negatives["item"]) <= set(range(100))
+    pd.testing.assert_frame_equal(rows, frame(want))
+
+
+def test_file_candidates_missing_users_and_unmatched_ids_as_in_process(
+    spark: Any, tmp_path: Any
+) -> None:
+    """A file listing a third of the test users: both engines count the others (naive count)
+    and give the same stats; a file of integer ids against text ids that match no test user
+    is the same one-line error on both."""
+    from harness.candidates import MISSING, TEST_USERS, CandidateSpec, build_candidates
+    from harness.errors import DataError
+    from harness.spark.candidates import build_candidates_spark
+    from harness.spark.split import make_split_spark
+
+    df = events("str").drop(columns="row")
+    split = hsplit.make_split(df, "leave_one_out")
+    sp = make_split_spark(
+        spark.createDataFrame(df.astype({"user": object, "item": object})), "leave_one_out"
+    )
+    users = sorted(pd.unique(split.test["user"]))
+    listed = users[::3]
+    path = tmp_path / "cands.csv"
+    pd.DataFrame({"user": listed, "item": "i-1"}).to_csv(path, index=False)
+    spec = CandidateSpec(kind="file", path=str(path))
+    _, want_stats = build_candidates(spec, split, None)
+    _, got_stats = build_candidates_spark(spec, sp)
+    assert got_stats == want_stats
+    assert got_stats[MISSING] == sum(u not in set(listed) for u in users) > 0
+    assert got_stats[TEST_USERS] == len(users)
+    path.write_text("user,item\n1,3\n2,1\n")
+    with pytest.raises(DataError) as in_process:
+        build_candidates(spec, split, None)
+    with pytest.raises(DataError) as on_spark:
+        build_candidates_spark(spec, sp)
+    assert str(on_spark.value) == str(in_process.value)
+    assert str(in_process.value) == (
+        f"{path}: column 'user' holds integer ids but the interactions have text ids and none "
+        "is a test user's id, e.g. 1"
+    )
+
+
 # ------------------------------------------------------------------------------- reading
 
 GOOD = pd.DataFrame(
