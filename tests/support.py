@@ -273,3 +273,38 @@ def every_metric_names(ks: tuple[int, ...] = (5, 10)) -> list[str]:
         if d.cutoff != "none":
             names += [f"{base}@{k}" for k in ks]
     return names
+
+
+def short_of_negatives() -> tuple[Any, Any]:
+    """(train, test) where popularity sampling leaves users short: users 0 and 1 have seen the
+    ten items holding all but 2.5e-5 of the training events, so the five others are rarely
+    drawn; users 2-11 draw freely (15 items, test item 10 for everyone)."""
+    import numpy as np
+    import pandas as pd
+
+    heavy = pd.DataFrame(
+        {"user": np.repeat(np.arange(1000, 1010), 20_000), "item": np.repeat(np.arange(10), 20_000)}
+    )
+    light = pd.DataFrame({"user": 2000, "item": np.arange(10, 15)})
+    seen = pd.DataFrame({"user": np.repeat([0, 1], 10), "item": np.tile(np.arange(10), 2)})
+    normal = pd.DataFrame({"user": np.arange(2, 12), "item": 0})
+    train = pd.concat([heavy, light, seen, normal], ignore_index=True)
+    return train, pd.DataFrame({"user": np.arange(12), "item": 10})
+
+
+def nearly_everything_seen() -> tuple[Any, Any]:
+    """(train, test): ten users who have seen all but 100 of 20,000 items (test item -5)."""
+    import numpy as np
+    import pandas as pd
+
+    heavy = np.arange(10)
+    train = pd.concat(
+        [
+            pd.DataFrame({"user": -1, "item": np.arange(20_000)}),
+            pd.DataFrame(
+                {"user": np.repeat(heavy, 19_900), "item": np.tile(np.arange(100, 20_000), 10)}
+            ),
+        ],
+        ignore_index=True,
+    )
+    return train, pd.DataFrame({"user": heavy, "item": -5})

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from support import nearly_everything_seen, short_of_negatives
 
 from harness.candidates import CandidateSpec, build_candidates, sample_negatives
 from harness.datasets import Dataset
@@ -190,14 +191,7 @@ def test_users_left_short_of_negatives_are_counted_and_said() -> None:
     naive count from the rows), the stats carry it and the warning says it."""
     from harness.candidates import SHORT, candidate_stats, short_warning
 
-    heavy = pd.DataFrame(
-        {"user": np.repeat(np.arange(1000, 1010), 20_000), "item": np.repeat(np.arange(10), 20_000)}
-    )
-    light = pd.DataFrame({"user": 2000, "item": np.arange(10, 15)})
-    seen = pd.DataFrame({"user": np.repeat([0, 1], 10), "item": np.tile(np.arange(10), 2)})
-    normal = pd.DataFrame({"user": np.arange(2, 12), "item": 0})
-    train = pd.concat([heavy, light, seen, normal], ignore_index=True)
-    test = pd.DataFrame({"user": np.arange(12), "item": 10})
+    train, test = short_of_negatives()
     cand = sample_negatives(train, test, 3, "popularity", seed=0)
 
     known = pd.concat([train, test]).drop_duplicates()
@@ -295,17 +289,8 @@ def test_uniform_sampling_leaves_no_user_short() -> None:
         want = first_unseen_draws(train, user, set(), 98, 0, 5000)
         assert sorted(negatives.loc[negatives["user"] == user, "item"]) == sorted(want)
 
+    train, test = nearly_everything_seen()
     heavy = np.arange(10)
-    train = pd.concat(
-        [
-            pd.DataFrame({"user": -1, "item": np.arange(20_000)}),
-            pd.DataFrame(
-                {"user": np.repeat(heavy, 19_900), "item": np.tile(np.arange(100, 20_000), 10)}
-            ),
-        ],
-        ignore_index=True,
-    )
-    test = pd.DataFrame({"user": heavy, "item": -5})
     cand = sample_negatives(train, test, 98, "uniform", seed=0)
     assert cand.attrs[SHORT] == 0
     negatives = cand[cand["item"] != -5]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from support import nearly_everything_seen, short_of_negatives
 
 from harness import split as hsplit
 from harness.synthetic import generate
@@ -273,14 +274,7 @@ def test_users_left_short_of_negatives_are_counted_as_in_process(spark: Any) -> 
     from harness.candidates import SHORT, sample_negatives
     from harness.spark.candidates import sample_negatives_spark
 
-    heavy = pd.DataFrame(
-        {"user": np.repeat(np.arange(1000, 1010), 20_000), "item": np.repeat(np.arange(10), 20_000)}
-    )
-    light = pd.DataFrame({"user": 2000, "item": np.arange(10, 15)})
-    seen = pd.DataFrame({"user": np.repeat([0, 1], 10), "item": np.tile(np.arange(10), 2)})
-    normal = pd.DataFrame({"user": np.arange(2, 12), "item": 0})
-    train = pd.concat([heavy, light, seen, normal], ignore_index=True)
-    test = pd.DataFrame({"user": np.arange(12), "item": 10})
+    train, test = short_of_negatives()
     want = sample_negatives(train, test, 3, "popularity", seed=0)
     got, short = sample_negatives_spark(
         spark.createDataFrame(train), spark.createDataFrame(test), 3, "popularity", 0
@@ -329,17 +323,8 @@ def test_uniform_rounds_leave_no_user_short_as_in_process(spark: Any) -> None:
     from harness.candidates import SHORT, sample_negatives
     from harness.spark.candidates import sample_negatives_spark
 
+    train, test = nearly_everything_seen()
     heavy = np.arange(10)
-    train = pd.concat(
-        [
-            pd.DataFrame({"user": -1, "item": np.arange(20_000)}),
-            pd.DataFrame(
-                {"user": np.repeat(heavy, 19_900), "item": np.tile(np.arange(100, 20_000), 10)}
-            ),
-        ],
-        ignore_index=True,
-    )
-    test = pd.DataFrame({"user": heavy, "item": -5})
     want = sample_negatives(train, test, 98, "uniform", seed=0)
     got, short = sample_negatives_spark(
         spark.createDataFrame(train), spark.createDataFrame(test), 98, "uniform", 0
