@@ -552,7 +552,7 @@ def test_user_group_gap_is_reported_with_its_ci(harness, tmp_path: Path) -> None
         values = table["ndcg@10"].dropna()
         even = values[values.index % 2 == 0].mean()
         odd = values[values.index % 2 == 1].mean()
-        match = re.search(rf"{model} ([0-9.]+) \[([0-9.]+), ([0-9.]+)\]", line)
+        match = re.search(rf"{model} ([0-9.]+) \[(-?[0-9.]+), (-?[0-9.]+)\]", line)
         assert match, line
         gap, low, high = map(float, match.groups())
         assert gap == pytest.approx(abs(even - odd), abs=5e-5), line

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 #: "popularity 0.0725 [0.0035, 0.2294] (cold 0.3521, warm 0.2797)" inside the gap note
 GAP = re.compile(
-    r"(\w+) (\d\.\d{4}) \[(\d\.\d{4}), (\d\.\d{4})\] "
+    r"(\w+) (\d\.\d{4}) \[(-?\d\.\d{4}), (-?\d\.\d{4})\] "  # the CI may reach below 0
     r"\(cold (\d\.\d{4}), warm (\d\.\d{4})\)"
 )
 #: "item_knn vs popularity (INCONCLUSIVE): ndcg@10 lift +19.31%: 374 users per arm, 8 days; CI
