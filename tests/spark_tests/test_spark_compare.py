@@ -368,7 +368,9 @@ def test_three_models_share_one_bucket_evaluation(
         for m, ev, r in zip(models, evs, recs, strict=True)
     }
     split = SimpleNamespace(train=train, test=qrels[["user", "item"]])
-    result: Any = SimpleNamespace(outcomes=outcomes, suite=suite, split=split)
+    result: Any = SimpleNamespace(
+        outcomes=outcomes, suite=suite, split=split, candidates={"candidates.kind": "full"}
+    )
     ref_pairs, ref_notes = compare_models(result, spec)
     assert [(p.baseline, p.candidate) for p in ref_pairs] == [("pop", "knn"), ("pop", "rnd")]
 
