@@ -134,3 +134,23 @@ def spark() -> Iterator[Any]:
 def every_metric() -> Callable[..., list[str]]:
     """``every_metric(ks=(5, 10))``: the names that run every registered metric once."""
     return every_metric_names
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sqlite MLflow store with its tables created and nothing logged: creating the tables
+    (MLflow's schema migrations) takes seconds, so a test copies this file instead."""
+    from mlflow import MlflowClient
+
+    db = tmp_path_factory.mktemp("template") / "t.db"
+    MlflowClient(f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def store_uri(empty_store: Path, tmp_path: Path) -> str:
+    """The URI of this test's own fresh store (a copy of :func:`empty_store`)."""
+    import shutil
+
+    shutil.copyfile(empty_store, tmp_path / "t.db")
+    return f"sqlite:///{tmp_path}/t.db"

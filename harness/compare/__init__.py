@@ -351,11 +351,8 @@ def bucket_metrics(names: Sequence[str], candidates: str = "full") -> tuple[list
     ranked = [n for n in names if metrics.parse(n).definition.kind == "ranking"]
     if candidates == "full":
         return ranked, None
-    cut = [
-        n
-        for n in ranked
-        if metrics.parse(n).k is not None and metrics.parse(n).definition.depth == "cutoff"
-    ]
+    specs = {n: metrics.parse(n) for n in ranked}
+    cut = [n for n, s in specs.items() if s.k is not None and s.definition.depth == "cutoff"]
     left = [n for n in ranked if n not in cut]
     if not left:
         return cut, None

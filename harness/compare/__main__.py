@@ -335,10 +335,8 @@ def _different_settings(
     import metrics
 
     a, b = (_settings(client, r) for r in runs)
-    uncut = any(
-        metrics.parse(n).k is None and metrics.parse(n).definition.kind == "ranking"
-        for n in metric_names
-    )
+    specs = [metrics.parse(n) for n in metric_names]
+    uncut = any(s.k is None and s.definition.kind == "ranking" for s in specs)
     keys = sorted(k for k in a.keys() | b.keys() if k != "metrics.k" or uncut)
     differ = [f"{k} {a.get(k, '-')} vs {b.get(k, '-')}" for k in keys if a.get(k) != b.get(k)]
     if not differ:

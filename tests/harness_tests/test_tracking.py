@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -124,24 +123,6 @@ def test_flatten_keeps_every_leaf_once(tree: dict) -> None:
 
 
 # ------------------------------------------------------------------- Tracker on sqlite store
-
-
-@pytest.fixture(scope="module")
-def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A sqlite MLflow store with its tables created and nothing logged: creating the tables
-    (MLflow's schema migrations) takes seconds, so a test copies this file instead."""
-    from mlflow import MlflowClient
-
-    db = tmp_path_factory.mktemp("template") / "t.db"
-    MlflowClient(f"sqlite:///{db}").search_experiments()
-    return db
-
-
-@pytest.fixture
-def store_uri(empty_store: Path, tmp_path: Path) -> str:
-    """The URI of this test's own fresh store (a copy of :func:`empty_store`)."""
-    shutil.copyfile(empty_store, tmp_path / "t.db")
-    return f"sqlite:///{tmp_path}/t.db"
 
 
 def test_tracker_batches_more_than_1000_metrics(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,23 +29,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy i
 def _hashed(name: str, key: str) -> str:
     """The documented distinct key: the cleaned key, ``_`` and 8 hex digits of sha256(name)."""
     return f"{key}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-
-
-@pytest.fixture(scope="module")
-def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A sqlite store with its tables created (seconds of migrations), copied by each test."""
-    from mlflow import MlflowClient
-
-    db = tmp_path_factory.mktemp("template") / "t.db"
-    MlflowClient(f"sqlite:///{db}").search_experiments()
-    return db
-
-
-@pytest.fixture
-def store_uri(empty_store: Path, tmp_path: Path) -> str:
-    """This test's own fresh store."""
-    shutil.copyfile(empty_store, tmp_path / "t.db")
-    return f"sqlite:///{tmp_path}/t.db"
 
 
 def test_clashing_names_get_distinct_keys_and_others_keep_theirs() -> None:
